@@ -1,0 +1,33 @@
+# Two entry points, each doing all set-up on a fresh machine:
+#   make run    install graphrt into .venv and run `graphrt run` on the default preset
+#   make test   install graphrt with its test extras (and Nsight Systems where apt is there), run the tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install -q -c constraints.txt
+
+.PHONY: run test gpu-check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.core: $(BIN)/python setup.cfg constraints.txt
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) -e '.[test]'
+	touch $@
+
+run: $(VENV)/.core
+	$(BIN)/graphrt run $(ARGS)
+
+test: $(VENV)/.test
+	scripts/install-nsys.sh .tools/nsys || echo "Nsight Systems not installed: the nsys tests will be skipped"
+	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+gpu-check: $(VENV)/.test
+	scripts/gpu_check.sh
+
+clean:
+	rm -rf $(VENV) .tools
