@@ -1,0 +1,33 @@
+"""Writing results so an interrupted run never leaves a half-written file (DESIGN.md, invariant 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from graphrt.errors import GraphrtError
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write to a temporary file beside `path`, then rename it over `path` in one step."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise GraphrtError(f"{path}: cannot write here ({e.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=2) + "\n")
