@@ -151,11 +151,11 @@ def from_hf_dir(path: str | Path) -> ModelConfig:
         raise GraphrtError(f"{file}: {str(e).split(': ', 1)[1]}") from None
 
 
-def resolve(model: str) -> ModelConfig:
-    """A preset by name, or the config of a Hugging Face model directory."""
+def resolve(model: str) -> tuple[ModelConfig, Path | None]:
+    """A preset by name (no checkpoint: random weights), or a HF model directory and its config."""
     if model in PRESETS:
-        return PRESETS[model]
+        return PRESETS[model], None
     if "/" not in model and not Path(model).exists():
         raise GraphrtError(f"unknown model {model!r}: not a directory, and not a preset "
                            f"({', '.join(PRESETS)})")
-    return from_hf_dir(model)
+    return from_hf_dir(model), Path(model)
