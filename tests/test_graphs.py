@@ -1,0 +1,263 @@
+"""Capture/replay semantics, shown on small steps.
+
+A captured graph is a promise: `replay()` recomputes the static output in place from the
+current contents of the tensors the step reads, running no Python. TapeGraph keeps that
+promise on the CPU; CudaGraph (tests marked `cuda`) keeps it with `torch.cuda.CUDAGraph`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphrt.errors import GraphrtError
+from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, new_pool
+from graphrt.opcount import count_ops, op_names
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+BATCH, WIDTH, CACHE_LEN = 3, 16, 8
+
+
+class TinyDecoder:
+    """A decode-shaped step: static inputs, a static cache written at a position tensor."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        g = torch.Generator().manual_seed(0)
+        self.w1 = torch.randn(4 * WIDTH, WIDTH, generator=g).to(device)
+        self.b1 = torch.randn(4 * WIDTH, generator=g).to(device)
+        self.w2 = torch.randn(WIDTH, 4 * WIDTH, generator=g).to(device)
+        self.x = torch.zeros(BATCH, WIDTH, device=device)  # static input
+        self.positions = torch.zeros(BATCH, dtype=torch.long, device=device)  # static input
+        self.cache = torch.zeros(BATCH, CACHE_LEN, WIDTH, device=device)
+
+    def step(self) -> torch.Tensor:
+        h = F.silu(F.linear(self.x, self.w1, self.b1))  # [B, 4W]
+        y = F.linear(h, self.w2)  # [B, W]
+        # Row b of the cache gets y[b] at positions[b]: flatten (b, position) into one index.
+        flat = self.cache.view(BATCH * CACHE_LEN, WIDTH)
+        rows = torch.arange(BATCH, device=self.x.device) * CACHE_LEN + self.positions
+        flat.index_copy_(0, rows, y)
+        scores = torch.einsum("bw,blw->bl", y, self.cache)  # [B, L]
+        return torch.softmax(scores, dim=-1)
+
+    def set_inputs(self, seed: int, positions: list[int]) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x.copy_(torch.randn(BATCH, WIDTH, generator=g))
+        self.positions.copy_(torch.tensor(positions))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    positions=st.lists(st.integers(0, CACHE_LEN - 1), min_size=BATCH, max_size=BATCH),
+)
+def test_replay_on_new_inputs_is_bitwise_the_eager_result(seed: int, positions: list[int]) -> None:
+    model = TinyDecoder()
+    graph, out = capture(model.step, device="cpu", warmup=0)
+    assert isinstance(graph, TapeGraph)
+
+    model.set_inputs(seed, positions)
+    cache_before = model.cache.clone()
+    graph.replay()
+    replayed, replayed_cache = out.clone(), model.cache.clone()
+
+    model.cache.copy_(cache_before)
+    eager = model.step()
+    assert torch.equal(replayed, eager)
+    assert torch.equal(replayed_cache, model.cache)  # the cache write happened, at the new positions
+
+
+@pytest.mark.parametrize(
+    "step, op",
+    [
+        (lambda x: x.sum().item(), "aten._local_scalar_dense.default"),
+        (lambda x: x[int(x.argmax())], "aten._local_scalar_dense.default"),
+        (lambda x: x.tolist(), "Tensor.tolist"),
+        (lambda x: x.nonzero(), "aten.nonzero.default"),
+        (lambda x: x[x > 0], "aten.index.Tensor"),  # a boolean mask: shape depends on the data
+    ],
+    ids=["item", "int", "tolist", "nonzero", "mask-index"],
+)
+def test_capture_refuses_host_syncs_and_data_dependent_shapes_naming_the_op(step, op) -> None:
+    x = torch.randn(5)
+    with pytest.raises(GraphCaptureError) as info:
+        capture(lambda: step(x), device="cpu")
+    assert str(info.value).startswith(f"{op}: operation not permitted while capturing")
+    assert isinstance(info.value, GraphrtError)
+
+
+def test_a_host_sync_message_says_what_to_do() -> None:
+    x = torch.randn(5)
+    with pytest.raises(GraphCaptureError, match=r"_local_scalar_dense.*host sync.*keep step inputs as device tensors"):
+        capture(lambda: x * x.max().item(), device="cpu")
+
+
+def test_capture_fails_even_if_the_step_swallows_the_error() -> None:
+    x = torch.randn(5)
+
+    def step() -> torch.Tensor:
+        try:
+            return x * x.sum().item()
+        except Exception:
+            return x
+
+    with pytest.raises(GraphCaptureError, match="_local_scalar_dense"):
+        capture(step, device="cpu")
+
+
+def test_integer_indexing_is_static_and_allowed() -> None:
+    table = torch.randn(10, 4)
+    positions = torch.tensor([2, 7])
+    graph, out = capture(lambda: table[positions] * 2, device="cpu")
+    positions.copy_(torch.tensor([0, 9]))
+    graph.replay()
+    assert torch.equal(out, table[torch.tensor([0, 9])] * 2)
+
+
+def test_random_ops_are_refused_by_the_tape() -> None:
+    x = torch.randn(5)
+    with pytest.raises(GraphCaptureError, match="random ops are not supported"):
+        capture(lambda: F.dropout(x, p=0.5, training=True), device="cpu")
+
+
+def test_python_scalars_are_frozen_at_capture() -> None:
+    # Why every per-step value must be a device tensor (invariant 2): replay runs no Python,
+    # so a step that reads a Python int keeps seeing the value it had at capture.
+    x = torch.zeros(3)
+    n = 1
+    graph, out = capture(lambda: x + n, device="cpu")
+    n = 100
+    graph.replay()
+    assert out.tolist() == [1.0, 1.0, 1.0]
+    # The same value carried by a tensor follows along.
+    n_tensor = torch.tensor(1.0)
+    graph, out = capture(lambda: x + n_tensor, device="cpu")
+    n_tensor.fill_(100.0)
+    graph.replay()
+    assert out.tolist() == [100.0, 100.0, 100.0]
+
+
+def test_replay_writes_into_the_captured_output() -> None:
+    model = TinyDecoder()
+    graph, out = capture(model.step, device="cpu")
+    address = out.data_ptr()
+    model.set_inputs(seed=1, positions=[1, 2, 3])
+    graph.replay()
+    assert out.data_ptr() == address
+    first = out.clone()
+    model.set_inputs(seed=2, positions=[4, 5, 6])
+    graph.replay()
+    assert out.data_ptr() == address
+    assert not torch.equal(out, first)  # overwritten in place: clone what must be kept
+
+
+def test_an_in_place_update_of_a_static_input_is_seen_by_the_next_replay() -> None:
+    x = torch.ones(4)
+    w = torch.full((4,), 2.0)
+    graph, out = capture(lambda: (x * w).sum(dim=0, keepdim=True), device="cpu")
+    assert out.tolist() == [8.0]
+    x.add_(1.0)
+    graph.replay()
+    assert out.tolist() == [16.0]
+    x[2] = 10.0
+    graph.replay()
+    assert out.tolist() == [32.0]
+
+
+def test_tape_length_equals_the_op_count_of_an_eager_step() -> None:
+    model = TinyDecoder()
+    eager = op_names(model.step)
+    graph, _ = capture(model.step, device="cpu")
+    assert len(graph) == count_ops(model.step) == len(eager)
+    assert graph.op_names == tuple(eager)
+    # Views (view, transpose, expand...) are free and not counted; the index_copy_ is.
+    assert "aten.index_copy_.default" in eager
+    assert not any(name.startswith(("aten.view.", "aten.t.", "aten.expand.")) for name in eager)
+
+
+def test_memory_counts_each_storage_the_capture_allocated_once() -> None:
+    weight = torch.randn(8, 8)
+    x = torch.randn(2, 8)
+
+    def step():
+        y = x @ weight  # 2 * 8 float32 = 64 bytes, new
+        z = torch.empty(2, 8)  # 64 bytes, new
+        torch.mul(y, 2.0, out=z)  # writes into z: nothing new
+        return y, y.view(16), y[0], z.t(), z
+
+    graph, _ = capture(step, device="cpu")
+    # y and z each once, however many views of them the tape and the output hold;
+    # the weight and the input existed before the capture and are not counted.
+    assert graph.memory_bytes == 64 + 64
+
+
+def test_ops_that_change_a_tensors_layout_in_place_replay_correctly() -> None:
+    # `unsqueeze_` edits the Python tensor's metadata at capture; replay must still run the
+    # earlier op with the layout it had then.
+    a = torch.randn(3, 3)
+
+    def step():
+        y = a @ a
+        y.unsqueeze_(0)
+        y.add_(1.0)
+        y.squeeze_(0)
+        return y, torch.max(y, dim=1)  # a two-result op as well
+
+    graph, (y, (values, indices)) = capture(step, device="cpu")
+    a.copy_(torch.randn(3, 3))
+    graph.replay()
+    expected_y, (expected_values, expected_indices) = step()
+    assert torch.equal(y, expected_y)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_a_pool_for_another_kind_of_graph_is_rejected() -> None:
+    pool = new_pool("cpu")
+    with pytest.raises(GraphrtError, match="pool is for a tape graph on cpu"):
+        capture(lambda: torch.zeros(1), device="meta", pool=pool)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_graph_replay_equals_eager() -> None:
+    model = TinyDecoder("cuda")
+    graph, out = capture(model.step, device="cuda")
+    assert isinstance(graph, CudaGraph)
+    model.set_inputs(seed=3, positions=[0, 5, 7])
+    cache_before = model.cache.clone()
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = out.clone()
+    model.cache.copy_(cache_before)
+    assert torch.equal(replayed, model.step())
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_captures_share_one_pool() -> None:
+    # Buckets are captured largest first into one pool; each replays correctly on its own.
+    weight = torch.randn(256, 256, device="cuda")
+    inputs = torch.randn(8, 256, device="cuda")
+    pool = new_pool("cuda")
+    graphs = {}
+    for bs in (8, 4):
+        graphs[bs] = capture(lambda bs=bs: torch.relu(inputs[:bs] @ weight) @ weight, device="cuda", pool=pool)
+    # The smaller capture fits in memory the larger one already reserved.
+    assert graphs[4][0].memory_bytes <= graphs[8][0].memory_bytes
+    inputs.copy_(torch.randn(8, 256, device="cuda"))
+    for bs, (graph, out) in graphs.items():
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, torch.relu(inputs[:bs] @ weight) @ weight)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_capture_refuses_a_host_sync_naming_the_op() -> None:
+    x = torch.randn(5, device="cuda")
+    with pytest.raises(GraphCaptureError, match="_local_scalar_dense"):
+        capture(lambda: x * x.sum().item(), device="cuda")
