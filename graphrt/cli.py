@@ -5,13 +5,22 @@ from __future__ import annotations
 import sys
 
 import click
+from tabulate import tabulate
 
-from graphrt import __version__
+from graphrt import __version__, hardware, report, runner
+from graphrt.backends.factory import GROUPS, MODES
+from graphrt.backends.graph import parse_buckets
+from graphrt.config import PRESETS
 from graphrt.errors import GraphrtError
+from graphrt.io import check_writable, write_json
+from graphrt.runner import RunSpec
+
+MODE_CHOICES = (*MODES, *GROUPS)
 
 
 class _Group(click.Group):
-    """Turns a GraphrtError anywhere below into one line on stderr and exit status 1."""
+    """Turns a GraphrtError anywhere below into one line on stderr and exit status 1, and a
+    usage error (a bad option value) into one line and exit status 2."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -19,9 +28,57 @@ class _Group(click.Group):
         except GraphrtError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+        except click.UsageError as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="graphrt")
 def main() -> None:
     """Show, measure and explain what CUDA Graph replay removes from LLM decoding."""
+
+
+@main.command()
+@click.option("--model", default=RunSpec.model, show_default=True,
+              help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory.")
+@click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda.")
+@click.option("--dtype", default=RunSpec.dtype, show_default=True,
+              help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16.")
+@click.option("--batch", type=int, default=RunSpec.batch, show_default=True)
+@click.option("--prompt-len", type=int, default=RunSpec.prompt_len, show_default=True)
+@click.option("--steps", type=int, default=RunSpec.steps, show_default=True,
+              help="Decode steps; each generates one token per sequence.")
+@click.option("--warmup", type=int, help="Leading decode steps that run but are not timed "
+              "[default: a quarter of the steps, 1 to 4].")
+@click.option("--max-seq-len", type=int, default=RunSpec.max_seq_len,
+              help="KV-cache length [default: prompt-len + steps].")
+@click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
+              help="Seeds the prompt and, for presets, the random weights.")
+@click.option("--mode", default=RunSpec.mode, show_default=True, help=f"One of {', '.join(MODE_CHOICES)}.")
+@click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
+              help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write every figure, the prompt and the generated ids here.")
+def run(json_path: str | None, **options) -> None:
+    """Decode a prompt batch through each mode and print a table of step latency, throughput
+    and ops per step, and whether each mode generates what eager does."""
+    spec = RunSpec(**options)
+    if json_path:
+        check_writable(json_path)
+    result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True))
+    click.echo(report.header(result))
+    click.echo(report.table(result))
+    for line in report.summary_lines(result):
+        click.echo(line)
+    if json_path:
+        write_json(json_path, report.to_dict(result))
+        click.echo(f"wrote {json_path}")
+
+
+@main.command()
+def info() -> None:
+    """Versions, the device, and whether Nsight Systems is on PATH."""
+    device = runner.resolve_device("auto")
+    facts = hardware.describe(device)
+    click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))

@@ -11,14 +11,25 @@ from typing import Any
 from graphrt.errors import GraphrtError
 
 
+def _temp_beside(path: Path) -> tuple[int, str]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise GraphrtError(f"{path}: cannot write here ({e.strerror})") from None
+
+
+def check_writable(path: str | Path) -> None:
+    """Fail now, not after a long run, if `path` cannot be written."""
+    fd, tmp = _temp_beside(Path(path))
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write to a temporary file beside `path`, then rename it over `path` in one step."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise GraphrtError(f"{path}: cannot write here ({e.strerror})") from None
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)

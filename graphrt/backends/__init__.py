@@ -1,0 +1,40 @@
+"""Backends: one decode step (`model.decode_step`), run in different ways (DESIGN.md, invariant 1)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from graphrt.model import Qwen2ForCausalLM
+
+
+@dataclass
+class PrepareReport:
+    """What getting ready cost: capture or compile time, and memory it keeps."""
+
+    seconds: float = 0.0
+    memory_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Backend(ABC):
+    name: str
+    # On the CPU a step's ops are counted under a dispatch mode, which compiled code refuses.
+    countable_on_cpu = True
+
+    def __init__(self, model: Qwen2ForCausalLM):
+        self.model = model
+
+    def cache_rows(self, batch: int) -> int:
+        """KV-cache rows this backend needs to decode `batch` sequences (padding included)."""
+        return batch
+
+    def prepare(self, max_batch: int) -> PrepareReport:
+        """Capture or compile for batches up to `max_batch`; called once, before prefill."""
+        return PrepareReport()
+
+    @abstractmethod
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """tokens [B, 1], positions [B] -> logits [B, V], writing the KV cache in place."""

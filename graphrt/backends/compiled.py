@@ -1,0 +1,62 @@
+"""torch.compile of the same decode step: the peer a user would otherwise pick."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import torch
+
+from graphrt.backends import Backend, PrepareReport
+from graphrt.errors import GraphrtError
+from graphrt.model import Qwen2ForCausalLM
+from graphrt.nvtx import nvtx_range
+
+
+def _check_toolchain(device: torch.device) -> None:
+    """Inductor writes C++ on the CPU and Triton on CUDA: say which is missing, up front."""
+    if device.type == "cpu":
+        from torch._inductor import config
+
+        cxx = config.cpp.cxx[0] if isinstance(config.cpp.cxx, tuple) else config.cpp.cxx
+        if not any(shutil.which(c) for c in (cxx, "g++", "c++", "clang++") if c):
+            raise GraphrtError("--mode compile on the CPU needs a C++ compiler (g++ or clang++) "
+                               "on PATH for Inductor; install one or leave compile out")
+    else:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            raise GraphrtError("--mode compile on CUDA needs Triton (pip install triton)") from None
+
+
+class CompileBackend(Backend):
+    """`torch.compile(fullgraph=True)`: Inductor kernels, wrapped in CUDA graphs on CUDA
+    (`mode="reduce-overhead"`); Inductor's default mode on the CPU."""
+
+    name = "compile"
+    countable_on_cpu = False
+
+    def __init__(self, model: Qwen2ForCausalLM):
+        super().__init__(model)
+        device = model.lm_head.weight.device
+        self.device = device
+        self.compiled = torch.compile(model.decode_step, fullgraph=True,
+                                      mode="reduce-overhead" if device.type == "cuda" else None)
+
+    def prepare(self, max_batch: int) -> PrepareReport:
+        """Compile (and on CUDA record the graphs) for `max_batch` with throwaway inputs; the
+        cache slots they write are overwritten by the next prefill."""
+        _check_toolchain(self.device)
+        tokens = torch.zeros(max_batch, 1, dtype=torch.long, device=self.device)
+        positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        start = time.perf_counter()
+        with torch.inference_mode(), nvtx_range(f"compile[bs={max_batch}]"):
+            for _ in range(3):  # cudagraph trees record on the second or third call
+                self.compiled(tokens, positions)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+        return PrepareReport(seconds=time.perf_counter() - start)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        with nvtx_range("decode_step[compile]"):
+            return self.compiled(tokens, positions)

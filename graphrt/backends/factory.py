@@ -1,0 +1,30 @@
+"""Mode names on the command line -> backends."""
+
+from __future__ import annotations
+
+from graphrt.backends import Backend
+from graphrt.backends.compiled import CompileBackend
+from graphrt.backends.eager import EagerBackend
+from graphrt.backends.graph import GraphBackend
+from graphrt.errors import GraphrtError
+from graphrt.model import Qwen2ForCausalLM
+
+MODES = ("eager", "graph", "compile")
+GROUPS = {"both": ("eager", "graph"), "all": ("eager", "graph", "compile")}
+
+
+def expand_modes(mode: str) -> tuple[str, ...]:
+    """`both` and `all` name several modes; the others one."""
+    if mode in GROUPS:
+        return GROUPS[mode]
+    if mode in MODES:
+        return (mode,)
+    raise GraphrtError(f"--mode must be one of {', '.join((*MODES, *GROUPS))}, got {mode!r}")
+
+
+def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None) -> Backend:
+    if mode == "graph":
+        return GraphBackend(model, buckets)
+    if mode == "compile":
+        return CompileBackend(model)
+    return EagerBackend(model)

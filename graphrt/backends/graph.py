@@ -1,0 +1,106 @@
+"""The decode step captured once per batch bucket, then replayed: copy in, replay, read out."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from graphrt.backends import Backend, PrepareReport
+from graphrt.errors import GraphrtError
+from graphrt.graphs import Graph, capture, graph_kind, new_pool
+from graphrt.model import Qwen2ForCausalLM
+from graphrt.nvtx import nvtx_range
+
+
+def parse_buckets(text: str) -> tuple[int, ...]:
+    """`--buckets 1,2,4,8` -> (1, 2, 4, 8): positive integers, strictly increasing."""
+    try:
+        buckets = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise GraphrtError(f"--buckets {text!r}: expected comma-separated integers like 1,2,4,8") from None
+    if any(b <= 0 for b in buckets):
+        raise GraphrtError(f"--buckets {text!r}: every bucket must be a positive integer")
+    if any(a >= b for a, b in zip(buckets, buckets[1:])):
+        raise GraphrtError(f"--buckets {text!r}: buckets must be strictly increasing, no duplicates")
+    return buckets
+
+
+def default_buckets(max_batch: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, ... up to the first power of two that holds `max_batch` (1..32 for 32)."""
+    buckets = [1]
+    while buckets[-1] < max_batch:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+class GraphBackend(Backend):
+    """CUDA Graph replay on CUDA; a TapeGraph with the same rules on other devices.
+
+    Buckets are captured largest first into one memory pool; a batch pads up to the next
+    bucket, and its pad rows write only into KV-cache rows no live sequence uses (rows B and up).
+    A batch above the largest bucket is an error, not a silent fall-back to eager: a figure
+    labelled "graph" is always a graph's.
+    """
+
+    name = "graph"
+
+    def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None):
+        super().__init__(model)
+        self.requested = buckets
+        self.buckets: tuple[int, ...] = ()
+        self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
+        self.kind = graph_kind(model.lm_head.weight.device)
+
+    def _buckets_for(self, max_batch: int) -> tuple[int, ...]:
+        if self.requested is None:
+            return default_buckets(max_batch)
+        if max_batch > self.requested[-1]:
+            raise GraphrtError(
+                f"batch {max_batch} exceeds the largest graph bucket {self.requested[-1]} "
+                f"(--buckets {','.join(map(str, self.requested))}); add a bucket of at least {max_batch}")
+        return self.requested
+
+    def cache_rows(self, batch: int) -> int:
+        return self._buckets_for(batch)[-1]  # the largest capture writes that many rows
+
+    def bucket(self, batch: int) -> int:
+        for b in self.buckets:
+            if b >= batch:
+                return b
+        raise GraphrtError(f"batch {batch} exceeds the largest captured bucket {self.buckets[-1]}")
+
+    def prepare(self, max_batch: int) -> PrepareReport:
+        self.buckets = self._buckets_for(max_batch)
+        rows = self.buckets[-1]
+        if rows > self.model.max_batch:
+            raise GraphrtError(f"the KV cache holds {self.model.max_batch} rows, bucket {rows} needs more")
+        device = self.model.lm_head.weight.device
+        # static inputs: every replay reads these, so each step copies its inputs in
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+        pool = new_pool(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for bs in sorted(self.buckets, reverse=True):  # largest first: smaller ones reuse its pool
+                with nvtx_range(f"capture[bs={bs}]"):
+                    self.graphs[bs] = capture(
+                        lambda bs=bs: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
+                        device=device, pool=pool)
+        seconds = time.perf_counter() - start
+        memory = sum(graph.memory_bytes for graph, _ in self.graphs.values())
+        notes = [] if self.kind == "cuda" else [
+            "graph runs as a TapeGraph here: CUDA-graph semantics without a GPU, a correctness check, "
+            "not a speed claim (launch overhead exists only on CUDA)"]
+        return PrepareReport(seconds, memory, notes)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        batch = tokens.shape[0]
+        bs = self.bucket(batch)
+        graph, logits = self.graphs[bs]
+        with nvtx_range("copy_in"):
+            self.tokens[:batch].copy_(tokens)
+            self.positions[:batch].copy_(positions)
+        with nvtx_range(f"replay[bs={bs}]"):
+            graph.replay()
+        return logits[:batch]

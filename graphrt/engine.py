@@ -1,0 +1,76 @@
+"""Greedy decoding through a backend: eager prefill, then timed decode steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from graphrt.backends import Backend, PrepareReport
+from graphrt.launches import StepLaunches, count_step
+from graphrt.model import greedy
+from graphrt.nvtx import nvtx_range
+from graphrt.timing import Stats, StepTimer
+
+# Logits are kept for the equivalence check up to this many bytes per mode; they stay on the
+# device until the last step, so keeping them adds no host sync to the timed loop.
+LOGITS_BUDGET_BYTES = 256 << 20
+
+
+@dataclass
+class Generation:
+    """One mode's decode of one prompt batch."""
+
+    mode: str
+    tokens: torch.Tensor  # [B, 1 + steps] on the CPU: prefill's token, then one per decode step
+    step_ms: list[float]  # the timed steps, after warmup
+    logits: list[torch.Tensor] = field(default_factory=list)  # per step [B, V] fp32, CPU
+    launches: StepLaunches | None = None  # counted on the first (untimed) step
+    prepare: PrepareReport = field(default_factory=PrepareReport)
+
+    @property
+    def stats(self) -> Stats:
+        return Stats.of(self.step_ms)
+
+
+def random_prompt(batch: int, length: int, vocab_size: int, seed: int) -> torch.Tensor:
+    """Token ids [batch, length], a different prompt per row, the same for a given seed."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (batch, length), generator=gen)
+
+
+def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
+           keep_logits: bool = True) -> Generation:
+    """Prefill `prompt` [B, T] eagerly, then `steps` greedy decode steps through `backend`.
+
+    The first `warmup` steps (at least one) run and generate tokens like the others but are
+    not timed; the first of them also counts the step's kernels or ops.
+    """
+    model = backend.model
+    device = model.lm_head.weight.device
+    prompt = prompt.to(device)
+    batch, length = prompt.shape
+    with torch.inference_mode():
+        with nvtx_range("prefill"):
+            token = greedy(model.prefill(prompt)[:, -1])
+        positions = torch.full((batch,), length, dtype=torch.long, device=device)
+        generated, kept = [token], []
+        keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
+        timer = StepTimer(device)
+        for i in range(steps):
+            if i == 0:
+                logits, launches = count_step(lambda: backend.step(token, positions), device,
+                                              backend.countable_on_cpu)
+            elif i < warmup:
+                logits = backend.step(token, positions)
+            else:
+                with timer.step():
+                    logits = backend.step(token, positions)
+            if i < keep_steps:
+                kept.append(logits.to(torch.float32, copy=True))  # a graph overwrites its output
+            token = greedy(logits)
+            positions += 1
+            generated.append(token)
+        step_ms = timer.samples_ms()  # synchronizes on CUDA
+        tokens = torch.cat(generated, dim=1).cpu()
+    return Generation(backend.name, tokens, step_ms, [t.cpu() for t in kept], launches)

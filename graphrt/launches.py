@@ -1,0 +1,53 @@
+"""How much work one decode step launches: kernels on CUDA, aten ops on the CPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.autograd import DeviceType
+
+from graphrt.opcount import op_names
+
+# Host-side calls that put work on the GPU; `cudaGraphLaunch` puts a whole graph there at once.
+KERNEL_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+
+
+@dataclass(frozen=True)
+class StepLaunches:
+    ops: int | None  # CUDA: kernels that ran on the GPU; CPU: aten ops that did work (views
+    # excluded), or None where ops cannot be counted (compiled code refuses a dispatch mode)
+    kernel_launches: int | None = None  # CUDA: cudaLaunchKernel-like calls from the host
+    graph_launches: int | None = None  # CUDA: cudaGraphLaunch calls from the host
+
+    @property
+    def host_launches(self) -> int | None:
+        """Launch calls the CPU made for the step: what CUDA Graph replay removes."""
+        if self.kernel_launches is None:
+            return None
+        return self.kernel_launches + self.graph_launches
+
+
+def count_step(fn: Callable[[], Any], device: torch.device,
+               countable_on_cpu: bool = True) -> tuple[Any, StepLaunches]:
+    """Runs `fn()` once and counts what it launched; returns its result and the count."""
+    if device.type != "cuda" and not countable_on_cpu:
+        return fn(), StepLaunches(ops=None)
+    if device.type != "cuda":
+        result = []
+        names = op_names(lambda: result.append(fn()))
+        return result[0], StepLaunches(ops=len(names))
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset"))]
+    host = [e.name for e in events if e.device_type == DeviceType.CPU]
+    return result, StepLaunches(
+        ops=len(kernels),
+        kernel_launches=sum(n.startswith(KERNEL_LAUNCH_APIS) for n in host),
+        graph_launches=sum(n.startswith(GRAPH_LAUNCH_APIS) for n in host))

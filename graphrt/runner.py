@@ -1,0 +1,115 @@
+"""One `graphrt run`: resolve the spec, build the model once, decode through each mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from graphrt import hardware
+from graphrt.backends import Backend
+from graphrt.backends.factory import MODES, expand_modes, make_backend
+from graphrt.config import DTYPES, ModelConfig, resolve
+from graphrt.engine import Generation, decode, random_prompt
+from graphrt.errors import GraphrtError
+from graphrt.weights import build_model
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str = "qwen2-0.5b"
+    device: str = "auto"
+    dtype: str = "auto"
+    batch: int = 1
+    prompt_len: int = 16
+    steps: int = 32
+    warmup: int | None = None  # None: a quarter of the steps, 1 to 4
+    max_seq_len: int = 0  # 0: prompt_len + steps
+    seed: int = 0
+    mode: str = "both"
+    buckets: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("batch", "prompt_len", "steps"):
+            value = getattr(self, key)
+            if value <= 0:
+                raise GraphrtError(f"--{key.replace('_', '-')} must be a positive integer, got {value}")
+        if self.steps < 2:
+            raise GraphrtError("--steps must be at least 2: one untimed warmup step, then timed ones")
+        if self.warmup is None:
+            object.__setattr__(self, "warmup", min(4, max(1, self.steps // 4)))
+        # warmup step 0 also counts the step's ops: at least one step is never timed
+        if not 1 <= self.warmup < self.steps:
+            raise GraphrtError(f"--warmup must be at least 1 and below --steps ({self.steps}), "
+                               f"got {self.warmup}")
+        if self.max_seq_len < 0:
+            raise GraphrtError(f"--max-seq-len must be positive, got {self.max_seq_len}")
+        if self.max_seq_len and self.prompt_len + self.steps > self.max_seq_len:
+            raise GraphrtError(
+                f"--prompt-len {self.prompt_len} + --steps {self.steps} = "
+                f"{self.prompt_len + self.steps} exceeds --max-seq-len {self.max_seq_len}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise GraphrtError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        if self.dtype not in ("auto", *DTYPES):
+            raise GraphrtError(f"--dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        expand_modes(self.mode)  # validates
+
+    @property
+    def seq_len(self) -> int:
+        return self.max_seq_len or self.prompt_len + self.steps
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise GraphrtError("--device cuda: CUDA is not available here (this torch build "
+                           f"{torch.__version__} sees no GPU); use --device cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    config: ModelConfig
+    device: torch.device
+    dtype: torch.dtype
+    prompt: torch.Tensor
+    generations: dict[str, Generation] = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
+
+
+def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
+    """The spec's model with weights, its cache sized for the largest batch the modes need."""
+    config, checkpoint = resolve(spec.model)
+    if spec.seq_len > config.max_position_embeddings:
+        raise GraphrtError(f"sequence length {spec.seq_len} exceeds {config.name}'s "
+                           f"max_position_embeddings {config.max_position_embeddings}")
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed)
+    return config, model, device, dtype
+
+
+def run(spec: RunSpec, on_mode=None) -> RunResult:
+    """Decode the same prompt through every mode of the spec, on one model and one cache."""
+    config, model, device, dtype = load(spec)
+    modes = expand_modes(spec.mode)
+    backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
+    model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
+    prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
+    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
+    for backend in backends:
+        if on_mode:
+            on_mode(backend.name)
+        report = backend.prepare(spec.batch)
+        gen = decode(backend, prompt, spec.steps, spec.warmup)
+        gen.prepare = report
+        result.generations[backend.name] = gen
+    return result

@@ -1,0 +1,112 @@
+"""`graphrt run`: its JSON can be checked against HF, and bad input gets one clear line."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from graphrt.config import PRESETS
+
+from conftest import save_reference
+
+
+def one_line_error(result, *fragments, code=1):
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_greedy_tokens_equal_hf_generate(cli, tiny_config, tmp_path):
+    hf = save_reference(tiny_config, tmp_path / "ckpt")
+    out = tmp_path / "run.json"
+    result = cli("run", "--model", tmp_path / "ckpt", "--batch", 2, "--prompt-len", 5,
+                 "--steps", 12, "--mode", "eager", "--json", out)
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())
+    prompt = torch.tensor(run["prompt_ids"])
+    assert prompt.shape == (2, 5) and not torch.equal(prompt[0], prompt[1])
+    expected = hf.generate(prompt, max_new_tokens=13, do_sample=False, attention_mask=torch.ones_like(prompt))
+    assert run["modes"]["eager"]["generated_ids"] == expected[:, 5:].tolist()
+
+
+def test_table_names_the_run_and_each_mode(cli):
+    result = cli("run", "--model", "tiny", "--steps", 6, "--warmup", 2, "--mode", "eager")
+    assert result.exit_code == 0, result.output
+    assert "tiny" in result.stdout and "float32" in result.stdout and "batch 1" in result.stdout
+    assert "step ms (median)" in result.stdout and "aten ops/step" in result.stdout
+    assert any(line.startswith("eager ") for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--model", "no/such/dir"], ["no/such/dir: no such model directory"]),
+    (["--model", "qwen9"], ["unknown model 'qwen9'", "tiny"]),
+    (["--batch", "0"], ["--batch must be a positive integer, got 0"]),
+    (["--steps", "-1"], ["--steps must be a positive integer, got -1"]),
+    (["--prompt-len", "0"], ["--prompt-len must be a positive integer, got 0"]),
+    (["--prompt-len", "30", "--steps", "10", "--max-seq-len", "32"],
+     ["--prompt-len 30 + --steps 10 = 40 exceeds --max-seq-len 32"]),
+    (["--dtype", "int8"], ["--dtype must be auto or one of float32, bfloat16, float16, got 'int8'"]),
+    (["--mode", "warp"], ["--mode must be one of", "'warp'"]),
+])
+def test_bad_options(cli, args, fragments):
+    one_line_error(cli("run", "--model", "tiny", *args), *fragments)
+
+
+def test_non_integer_option_is_a_usage_error_on_one_line(cli):
+    one_line_error(cli("run", "--batch", "two"), "'--batch'", "two", code=2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where CUDA is absent")
+def test_cuda_without_cuda(cli):
+    one_line_error(cli("run", "--model", "tiny", "--device", "cuda"), "CUDA is not available")
+
+
+def test_directory_without_config(cli, tmp_path):
+    one_line_error(cli("run", "--model", tmp_path), f"{tmp_path}: no config.json")
+
+
+def test_invalid_config_json(cli, tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    one_line_error(cli("run", "--model", tmp_path), "config.json: invalid JSON")
+
+
+def test_config_missing_a_field(cli, tmp_path):
+    cfg = PRESETS["tiny"].to_hf_dict()
+    del cfg["intermediate_size"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    one_line_error(cli("run", "--model", tmp_path), "missing field(s) intermediate_size")
+
+
+def test_checkpoint_with_a_misshaped_tensor(cli, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    save_reference(PRESETS["tiny"], tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(63)
+    save_file(tensors, tmp_path / "model.safetensors")
+    one_line_error(cli("run", "--model", tmp_path),
+                   "tensor model.layers.0.self_attn.q_proj.bias has shape (63,), expected (64,)")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_json_path_keeps_the_old_file(cli, tmp_path):
+    out = tmp_path / "ro" / "run.json"
+    out.parent.mkdir()
+    out.write_text("previous")
+    out.parent.chmod(0o500)
+    try:
+        one_line_error(cli("run", "--model", "tiny", "--steps", 4, "--json", out), "cannot write")
+    finally:
+        out.parent.chmod(0o700)
+    assert out.read_text() == "previous"
+
+
+def test_json_into_a_path_that_is_a_file(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    one_line_error(cli("run", "--model", "tiny", "--steps", 4, "--json", blocker / "run.json"),
+                   "cannot write")
