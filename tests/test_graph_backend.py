@@ -1,0 +1,159 @@
+"""Graph replay generates exactly what eager generates (DESIGN.md, invariants 1 and 4).
+
+On a machine without CUDA the graph backend captures TapeGraphs, which follow the same rules
+as CUDA graphs; the CUDA tests at the end run the same checks with real CUDA graphs.
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graphrt.backends.eager import EagerBackend
+from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
+from graphrt.config import PRESETS, ModelConfig
+from graphrt.engine import decode, random_prompt
+from graphrt.equivalence import compare
+from graphrt.errors import GraphrtError
+from graphrt.graphs import GraphCaptureError
+from graphrt.model import Qwen2ForCausalLM
+from graphrt.weights import build_model, random_init
+
+CPU = torch.device("cpu")
+
+
+def decode_both(model, batch, prompt_len=6, steps=32, seed=0, graph=None):
+    """Eager, then graph, on one model and one cache; the graph backend captured beforehand
+    (or reused, when given)."""
+    if graph is None:
+        graph = GraphBackend(model)
+        model.setup_cache(graph.cache_rows(batch), prompt_len + steps)
+        graph.prepare(batch)
+    prompt = random_prompt(batch, prompt_len, model.config.vocab_size, seed)
+    eager = decode(EagerBackend(model), prompt, steps)
+    return eager, decode(graph, prompt, steps), graph
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_replay_is_bitwise_eager(tiny, batch):
+    eager, graph, _ = decode_both(tiny, batch)
+    eq = compare(eager, graph)
+    assert eq.identical and eq.compared_steps == 32
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
+
+
+def test_padded_batch_generates_the_same_tokens(tiny):
+    # batch 3 replays the bucket-4 graph. Its logits equal eager's to float32 rounding, not
+    # bitwise: the matmuls run with M=4 instead of 3, and CPU BLAS picks kernels by shape.
+    eager, graph, backend = decode_both(tiny, 3)
+    assert backend.bucket(3) == 4
+    eq = compare(eager, graph)
+    assert eq.identical, eq.describe()
+    assert eq.max_abs_logit_diff <= 1e-5
+
+
+def test_a_new_prefill_reuses_the_captured_graphs(tiny):
+    _, _, backend = decode_both(tiny, 8)
+    captured = dict(backend.graphs)
+    eager, graph, _ = decode_both(tiny, 8, seed=1, graph=backend)  # new prompt, same graphs
+    assert backend.graphs == captured
+    assert compare(eager, graph).identical
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
+
+
+def test_recapture_replays_the_same(tiny):
+    backend = GraphBackend(tiny)
+    tiny.setup_cache(8, 38)
+    backend.prepare(8)
+    backend.prepare(8)  # capture again over the first
+    eager, graph, _ = decode_both(tiny, 8, graph=backend)
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kv_heads=st.sampled_from([1, 2]), groups=st.sampled_from([1, 2, 3]),
+       head_dim=st.sampled_from([4, 8, 16]), layers=st.integers(1, 2),
+       batch=st.sampled_from([1, 2, 4]), prompt_len=st.integers(1, 9), seed=st.integers(0, 99))
+def test_replay_equals_eager_for_random_configs(kv_heads, groups, head_dim, layers, batch,
+                                                 prompt_len, seed):
+    heads = kv_heads * groups
+    config = ModelConfig("random", vocab_size=97, hidden_size=heads * head_dim, intermediate_size=24,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, rope_theta=10_000.0)
+    model = build_model(config, CPU, torch.float32, seed=seed)
+    eager, graph, _ = decode_both(model, batch, prompt_len=prompt_len, steps=6, seed=seed)
+    assert torch.equal(eager.tokens, graph.tokens)
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
+
+
+def test_default_buckets_are_powers_of_two_up_to_the_batch():
+    assert default_buckets(1) == (1,)
+    assert default_buckets(3) == (1, 2, 4)
+    assert default_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert default_buckets(40)[-1] == 64
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1,two,4", "expected comma-separated integers"),
+    ("0,1,2", "every bucket must be a positive integer"),
+    ("1,4,2", "strictly increasing"),
+    ("1,2,2,4", "strictly increasing"),
+])
+def test_malformed_buckets(text, message):
+    with pytest.raises(GraphrtError, match=message):
+        parse_buckets(text)
+
+
+def test_batch_above_the_largest_bucket_is_an_error(tiny):
+    backend = GraphBackend(tiny, buckets=(1, 2, 4))
+    with pytest.raises(GraphrtError, match="batch 6 exceeds the largest graph bucket 4"):
+        backend.cache_rows(6)
+
+
+class HostSyncQwen2(Qwen2ForCausalLM):
+    """A step that reads a position back to the host: what invariant 2 forbids."""
+
+    def decode_step(self, tokens, positions):
+        last = int(positions.max())  # a host sync
+        return super().decode_step(tokens, positions)[:, : last + 1]
+
+
+def test_a_step_with_a_host_sync_fails_at_capture_naming_the_op():
+    model = HostSyncQwen2(PRESETS["tiny"])
+    random_init(model, seed=0)
+    model.setup_cache(1, 16)
+    with pytest.raises(GraphCaptureError, match=r"aten\.(item|_local_scalar_dense).*host sync"):
+        GraphBackend(model).prepare(1)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_cuda_graph_replay_generates_eager_tokens(batch):
+    # bf16: tokens identical; logits within bf16 rounding of the values (padded batches run
+    # other GEMM shapes, and cuBLAS may pick other kernels)
+    model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.bfloat16, seed=0)
+    eager, graph, backend = decode_both(model, batch)
+    assert backend.kind == "cuda"
+    eq = compare(eager, graph)
+    assert eq.identical, eq.describe()
+    assert eq.max_abs_logit_diff <= 2e-2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_buckets_share_one_pool_largest_first():
+    model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.float32, seed=0)
+    backend = GraphBackend(model)
+    model.setup_cache(8, 38)
+    backend.prepare(8)
+    assert list(backend.graphs) == [8, 4, 2, 1]  # capture order, largest first
+    sizes = [backend.graphs[b][0].memory_bytes for b in (8, 4, 2, 1)]
+    assert sizes[0] > 0 and sum(sizes[1:]) <= sizes[0]  # the smaller ones reuse its pool
