@@ -1,0 +1,360 @@
+"""NVTX ranges on every nn.Module and around the steps graphrt runs, in one domain: `graphrt`.
+
+    handle = attach(model)                 # one range per module call, until handle.remove()
+    with nvtx_range("decode_step[eager]"):  # a named range: prefill, capture[bs=8], replay[bs=8], ...
+        ...
+    set_enabled(False)                     # --no-nvtx: attach() and nvtx_range() hand out no-ops
+    warning = check_recording()            # a profiler is attached but nothing will be recorded?
+
+Module ranges are named `<qualified name> (<class>)`, e.g. `model.layers.3.self_attn
+(Qwen2Attention)`; the root has an empty qualified name, so its range is `(Qwen2ForCausalLM)`.
+`parse_range_name` reverses the naming and `kind_of` maps either form to one of `KINDS`, which
+also picks the range's colour.
+
+Costs: every range's event attributes (registered string and colour) are built once, when the
+module is attached or the name is first used, so a push is one call into the NVTX library: about
+100 ns per push/pop pair with no profiler attached. The hooks themselves send each module call
+down torch's slower hooked path, which costs a few microseconds more per module; graphrt
+measures that overhead rather than assuming it.
+
+Where the ranges appear: hooks are Python, so they fire when Python runs the module. Under CUDA
+graph capture they fire once, at capture; a replay runs no Python, so its kernels all fall inside
+the range around `replay()`. Under `torch.compile` the hooks are traced away (see `_module_hooks`),
+so a compiled model shows only the ranges around it.
+
+Tests observe ranges without a profiler through `record_to(events)`, which swaps the functions
+the hooks call for recording ones while it is open, so the ordinary path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import nvtx
+import torch
+from nvtx._lib import lib as _nvtx_lib
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+DOMAIN_NAME = "graphrt"
+KINDS = ("attention", "mlp", "norm", "embedding", "lm_head", "other")
+
+# ARGB colours, one per kind (matplotlib's tab10, so plots can use the same ones)
+KIND_COLORS: dict[str, int] = {
+    "attention": 0xFF1F77B4,
+    "mlp": 0xFFFF7F0E,
+    "norm": 0xFF2CA02C,
+    "embedding": 0xFF9467BD,
+    "lm_head": 0xFFD62728,
+    "other": 0xFF7F7F7F,
+}
+# Named ranges take their colour from the stem before any `[...]`: `replay[bs=8]` -> replay.
+STEP_COLORS: dict[str, int] = {
+    "prefill": 0xFF17BECF,
+    "decode_step": 0xFFBCBD22,
+    "capture": 0xFFE377C2,
+    "replay": 0xFF8C564B,
+    "copy_in": 0xFFAEC7E8,
+    "compile": 0xFFFFBB78,
+}
+_DEFAULT_STEP_COLOR = 0xFFC7C7C7
+
+# Set by Nsight Systems in the profiled process (both checked against nsys 2022.4); the second
+# is the NVTX loader's own variable, so any NVTX tool that injects itself sets it.
+PROFILER_ENV_VARS = ("NSYS_PROFILING_SESSION_ID", "NVTX_INJECTION64_PATH")
+
+_ATTENTION_LEAVES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj"})
+_MLP_LEAVES = frozenset({"gate_proj", "up_proj", "down_proj"})
+
+# nvtx >= 0.2.12 returns this class from get_domain() when no tool says the domain is enabled;
+# 0.2.11 (the pinned release) has no such class and always returns a real Domain.
+_DummyDomain: type | None = getattr(_nvtx_lib, "DummyDomain", None)
+
+
+def _noop_push(attrs: Any, handle: Any) -> None:
+    pass
+
+
+def _noop_pop(handle: Any) -> None:
+    pass
+
+
+_DOMAIN = nvtx.get_domain(DOMAIN_NAME)
+_IS_DUMMY = _DummyDomain is not None and isinstance(_DOMAIN, _DummyDomain)
+_HANDLE = None if _IS_DUMMY else _DOMAIN.handle
+
+# What hooks and named ranges call: `_push(token, _HANDLE)` and `_pop(_HANDLE)`. They are module
+# globals, looked up at each call, so `record_to` can swap them; normally they are the NVTX
+# library's own functions (no Python frame in between).
+_push: Callable[[Any, Any], None] = _noop_push if _IS_DUMMY else _nvtx_lib.push_range
+_pop: Callable[[Any], None] = _noop_pop if _IS_DUMMY else _nvtx_lib.pop_range
+
+_names: dict[Any, str] = {}  # token -> range name, for record_to
+_enabled = True
+
+# Dynamo folds this function to True while it traces, which removes the hooks' bodies from a
+# compiled graph without a guard or a graph break (see _module_hooks).
+_is_compiling = torch.compiler.is_compiling
+
+
+def _token(name: str, color: int) -> Any:
+    """Register `name` once; return what `_push` takes for it.
+
+    With a real domain that is the NVTX event attributes (registered string + colour), cached by
+    the nvtx package per (name, colour). A dummy domain builds none, so the name stands in.
+    """
+    token = name if _IS_DUMMY else _DOMAIN.get_event_attributes(message=name, color=color)
+    _names[token] = name
+    return token
+
+
+# ---------------------------------------------------------------------------------------------
+# The on/off switch
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn graphrt's NVTX ranges on or off; returns the previous setting.
+
+    Decides what `attach` and `nvtx_range` hand out from now on. Hooks already attached stay until
+    their handle is removed, so flip the switch before attaching, not in the middle of a step.
+    """
+    global _enabled
+    previous, _enabled = _enabled, bool(on)
+    return previous
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and kinds
+
+
+def module_range_name(qualname: str, module: nn.Module) -> str:
+    """`model.layers.3.self_attn (Qwen2Attention)`; the root (qualname "") is `(Qwen2ForCausalLM)`."""
+    cls = type(module).__name__
+    return f"{qualname} ({cls})" if qualname else f"({cls})"
+
+
+def parse_range_name(name: str) -> tuple[str, str]:
+    """Reverse `module_range_name`: `"model.norm (Qwen2RMSNorm)"` -> `("model.norm", "Qwen2RMSNorm")`.
+
+    Raises ValueError for a name that no module range has (e.g. `prefill`).
+    """
+    head, sep, cls = name.rpartition("(")
+    if not sep or not name.endswith(")") or (head and not head.endswith(" ")):
+        raise ValueError(f"{name!r} is not a module range name ('<qualname> (<class>)')")
+    return head[:-1], cls[:-1]
+
+
+def kind_of(qualname: str, module: nn.Module | str) -> str:
+    """The kind (one of `KINDS`) of a module, from its qualified name and its class (or the
+    class's name, as a trace has it).
+
+    The order of the rules matters: `post_attention_layernorm` is a norm, not attention, and
+    the rotary table (`Qwen2RotaryEmbedding` in HF, `RotaryTable` here) counts as attention, the
+    only thing it feeds, not as an embedding. Projections take the kind of their block.
+    """
+    cls = (module if isinstance(module, str) else type(module).__name__).lower()
+    parts = qualname.split(".") if qualname else []
+    leaf = parts[-1] if parts else ""
+    if leaf == "lm_head":
+        return "lm_head"
+    if "norm" in cls or leaf.endswith("norm"):
+        return "norm"
+    if "rotary" in cls or "rotary" in leaf:
+        return "attention"
+    if "embedding" in cls or leaf == "embed_tokens":
+        return "embedding"
+    if "attention" in cls or leaf in _ATTENTION_LEAVES or "self_attn" in parts:
+        return "attention"
+    if "mlp" in cls or leaf in _MLP_LEAVES or "mlp" in parts:
+        return "mlp"
+    return "other"
+
+
+# ---------------------------------------------------------------------------------------------
+# Module hooks
+
+
+class NvtxHooks:
+    """The hooks `attach` put on a model. `remove()` (or leaving a `with` block) takes every one
+    off again, leaving each module's hook dictionaries as they were before."""
+
+    def __init__(self, handles: list[RemovableHandle], range_names: list[str]):
+        self._handles = handles
+        self.range_names = range_names  # one per hooked module, in named_modules() order
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.range_names = []
+
+    def __enter__(self) -> NvtxHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def _module_hooks(token: Any) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The (forward pre-hook, forward hook) pair that opens and closes one module's range.
+
+    `torch.compile(fullgraph=True)` traces hooks like any other Python: a call into the NVTX
+    library would be an unsupported call, and `torch.compiler.disable` on the hooks is refused
+    too under fullgraph ("Skip calling torch.compiler.disable()d function", torch 2.13). So each
+    hook first asks `_is_compiling()`: dynamo folds that to True, the body vanishes from the
+    graph, and no guard is added (compiled code does not recompile). In eager code it is one
+    cheap call returning False.
+    """
+
+    def open_range(module: nn.Module, args: tuple) -> None:
+        if _is_compiling():
+            return
+        _push(token, _HANDLE)
+
+    def close_range(module: nn.Module, args: tuple, output: Any) -> None:
+        if _is_compiling():
+            return
+        _pop(_HANDLE)
+
+    open_range.graphrt_nvtx = close_range.graphrt_nvtx = True  # marks them for attach's check
+    return open_range, close_range
+
+
+def attach(model: nn.Module) -> NvtxHooks:
+    """Wrap every call of every submodule of `model` (the root too) in one NVTX range.
+
+    The range opens before any other forward pre-hook (the pre-hook is prepended) and closes
+    after the forward hooks registered before it; the closing hook has `always_call=True`, so a
+    module that raises still closes its range. When graphrt's ranges are switched off
+    (`set_enabled(False)`) nothing is attached and the handle removes nothing. Attaching twice
+    to the same model raises ValueError: it would nest two ranges per call.
+    """
+    if not _enabled:
+        return NvtxHooks([], [])
+    handles: list[RemovableHandle] = []
+    names: list[str] = []
+    for qualname, module in model.named_modules():
+        if any(getattr(h, "graphrt_nvtx", False) for h in module._forward_pre_hooks.values()):
+            for handle in handles:
+                handle.remove()
+            raise ValueError(f"graphrt NVTX hooks are already attached to {qualname or 'the model'}")
+        name = module_range_name(qualname, module)
+        open_range, close_range = _module_hooks(_token(name, KIND_COLORS[kind_of(qualname, module)]))
+        handles.append(module.register_forward_pre_hook(open_range, prepend=True))
+        handles.append(module.register_forward_hook(close_range, always_call=True))
+        names.append(name)
+    return NvtxHooks(handles, names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named ranges
+
+
+class _Range:
+    """A reusable, re-entrant range for one name (it holds no state between enter and exit)."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: Any):
+        self.token = token
+
+    def __enter__(self) -> None:
+        _push(self.token, _HANDLE)
+
+    def __exit__(self, *exc: object) -> bool:
+        _pop(_HANDLE)
+        return False
+
+
+_ranges: dict[str, _Range] = {}
+_NO_RANGE = contextlib.nullcontext()
+
+
+def nvtx_range(name: str) -> contextlib.AbstractContextManager[None]:
+    """`with nvtx_range("replay[bs=8]"): ...`: one NVTX range around the block.
+
+    Coloured by the name's stem (`replay`); attributes are registered on a name's first use and
+    cached. With ranges switched off this returns a shared do-nothing context.
+    """
+    if not _enabled:
+        return _NO_RANGE
+    rng = _ranges.get(name)
+    if rng is None:
+        color = STEP_COLORS.get(name.partition("[")[0], _DEFAULT_STEP_COLOR)
+        rng = _ranges[name] = _Range(_token(name, color))
+    return rng
+
+
+# ---------------------------------------------------------------------------------------------
+# Observing ranges without a profiler
+
+
+@contextlib.contextmanager
+def record_to(events: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """While open, append `("push", name)` / `("pop", name)` to `events` for every graphrt range
+    (the ranges still go to NVTX too). A pop is named after the innermost open range.
+
+    It swaps the functions the hooks and named ranges call and restores them on exit, so the
+    path without a recorder has no check for one. Recorders nest.
+    """
+    global _push, _pop
+    inner_push, inner_pop = _push, _pop
+    stack: list[str] = []
+
+    def push(token: Any, handle: Any) -> None:
+        name = _names[token]
+        stack.append(name)
+        events.append(("push", name))
+        inner_push(token, handle)
+
+    def pop(handle: Any) -> None:
+        events.append(("pop", stack.pop() if stack else "<unmatched>"))
+        inner_pop(handle)
+
+    _push, _pop = push, pop
+    try:
+        yield events
+    finally:
+        _push, _pop = inner_push, inner_pop
+
+
+# ---------------------------------------------------------------------------------------------
+# Will a profiler see the ranges?
+
+
+def profiler_attached(environ: Mapping[str, str] | None = None) -> bool:
+    """True when an NVTX tool (Nsight Systems, for one) has injected itself into this process."""
+    env = os.environ if environ is None else environ
+    return any(env.get(var) for var in PROFILER_ENV_VARS)
+
+
+def domain_is_dummy(domain: object | None = None) -> bool:
+    """True when `domain` (by default graphrt's) is nvtx's DummyDomain, which drops every range.
+
+    nvtx >= 0.2.12 hands one out when the attached tool does not report the domain enabled, as
+    Nsight Systems 2022.4 does not; nvtx 0.2.11 never does.
+    """
+    domain = _DOMAIN if domain is None else domain
+    return _DummyDomain is not None and isinstance(domain, _DummyDomain)
+
+
+def check_recording(environ: Mapping[str, str] | None = None,
+                    domain: object | None = None) -> str | None:
+    """A one-line warning when a profiler is attached but graphrt's ranges will not reach it;
+    None when they will, or when no profiler is attached."""
+    if not (profiler_attached(environ) and domain_is_dummy(domain)):
+        return None
+    try:
+        installed = version("nvtx")
+    except PackageNotFoundError:
+        installed = "(unknown version)"
+    return (f"nvtx {installed} hands this profiler a DummyDomain: no ranges will be recorded; "
+            "install nvtx==0.2.11")
