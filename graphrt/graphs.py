@@ -498,6 +498,9 @@ def _capture_cuda(
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
 
+        # `torch.cuda.graph` empties the allocator's cache as it starts; do it first, or the
+        # warmup's released blocks would show up as negative graph memory.
+        torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved()
         graph = torch.cuda.CUDAGraph()
         guard = _CaptureMode(record=False, allow_random=True)
