@@ -1,0 +1,38 @@
+"""torch.compile of the same step generates what eager generates."""
+
+import pytest
+import torch
+
+from graphrt.backends.compiled import CompileBackend
+from graphrt.backends.eager import EagerBackend
+from graphrt.config import PRESETS
+from graphrt.engine import decode, random_prompt
+from graphrt.equivalence import compare
+from graphrt.errors import GraphrtError
+from graphrt.weights import build_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.slow
+def test_compiled_step_generates_eager_tokens_over_16_steps():
+    model = build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
+    model.setup_cache(2, 24)
+    prompt = random_prompt(2, 8, model.config.vocab_size, seed=0)
+    eager = decode(EagerBackend(model), prompt, steps=16)
+    backend = CompileBackend(model)
+    report = backend.prepare(2)
+    compiled = decode(backend, prompt, steps=16)
+    assert report.seconds > 0
+    eq = compare(eager, compiled)
+    assert eq.identical, eq.describe()
+    # Inductor fuses and reorders float math: close, not bitwise
+    assert eq.max_abs_logit_diff <= 1e-4
+
+
+def test_missing_compiler_is_named(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    model = build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
+    model.setup_cache(1, 8)
+    with pytest.raises(GraphrtError, match="needs a C\\+\\+ compiler"):
+        CompileBackend(model).prepare(1)
