@@ -13,6 +13,7 @@ from graphrt.backends.graph import parse_buckets
 from graphrt.config import PRESETS
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
+from graphrt.nvtx import check_recording
 from graphrt.runner import RunSpec
 
 MODE_CHOICES = (*MODES, *GROUPS)
@@ -58,6 +59,8 @@ def main() -> None:
 @click.option("--mode", default=RunSpec.mode, show_default=True, help=f"One of {', '.join(MODE_CHOICES)}.")
 @click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
               help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch].")
+@click.option("--nvtx/--no-nvtx", default=True, show_default=True,
+              help="An NVTX range around every module call and every step.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write every figure, the prompt and the generated ids here.")
 def run(json_path: str | None, **options) -> None:
@@ -66,6 +69,8 @@ def run(json_path: str | None, **options) -> None:
     spec = RunSpec(**options)
     if json_path:
         check_writable(json_path)
+    if warning := check_recording():
+        click.echo(f"warning: {warning}", err=True)
     result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True))
     click.echo(report.header(result))
     click.echo(report.table(result))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt import hardware
+from graphrt import hardware, nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import MODES, expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
@@ -28,6 +28,7 @@ class RunSpec:
     seed: int = 0
     mode: str = "both"
     buckets: tuple[int, ...] | None = None
+    nvtx: bool = True  # a range around every module call and every step
 
     def __post_init__(self) -> None:
         for key in ("batch", "prompt_len", "steps"):
@@ -99,17 +100,19 @@ def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, tor
 
 def run(spec: RunSpec, on_mode=None) -> RunResult:
     """Decode the same prompt through every mode of the spec, on one model and one cache."""
+    nvtx.set_enabled(spec.nvtx)
     config, model, device, dtype = load(spec)
     modes = expand_modes(spec.mode)
     backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
     result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
-    for backend in backends:
-        if on_mode:
-            on_mode(backend.name)
-        report = backend.prepare(spec.batch)
-        gen = decode(backend, prompt, spec.steps, spec.warmup)
-        gen.prepare = report
-        result.generations[backend.name] = gen
+    with nvtx.attach(model):
+        for backend in backends:
+            if on_mode:
+                on_mode(backend.name)
+            report = backend.prepare(spec.batch)
+            gen = decode(backend, prompt, spec.steps, spec.warmup)
+            gen.prepare = report
+            result.generations[backend.name] = gen
     return result
