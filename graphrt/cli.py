@@ -87,3 +87,8 @@ def info() -> None:
     device = runner.resolve_device("auto")
     facts = hardware.describe(device)
     click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
+
+
+from graphrt.trace.commands import analyze  # noqa: E402  (commands add themselves at the end)
+
+main.add_command(analyze)

@@ -1,0 +1,40 @@
+"""Traces: reading what Nsight Systems and torch.profiler recorded into one shape.
+
+    trace = load_trace("traces/decode.sqlite")   # or .nsys-rep, or torch.profiler .json / .json.gz
+    trace.ranges, trace.kernels, trace.api_calls, trace.cpu_ops   # see graphrt.trace.model
+
+`graphrt.trace.analyze` turns a `Trace` into per-step and per-range figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphrt.errors import GraphrtError
+from graphrt.trace.chrome import GZIP_MAGIC, read_chrome_trace
+from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace
+from graphrt.trace.nsys_sqlite import REPORT_SUFFIXES, SQLITE_MAGIC, read_nsys_report, read_nsys_sqlite
+
+__all__ = ["ApiCall", "CpuOp", "Kernel", "Range", "Trace", "load_trace", "read_chrome_trace",
+           "read_nsys_report", "read_nsys_sqlite"]
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace file, telling the format from its content (a report by its suffix).
+
+    Raises GraphrtError, naming the file, for a missing file or one that is none of: an Nsight
+    Systems SQLite export, a `.nsys-rep` report (needs `nsys` on PATH), a Chrome-trace JSON.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise GraphrtError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if path.suffix in REPORT_SUFFIXES:
+        return read_nsys_report(path)
+    with path.open("rb") as f:
+        head = f.read(64)
+    if head.startswith(SQLITE_MAGIC):
+        return read_nsys_sqlite(path)
+    if head.startswith(GZIP_MAGIC) or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+        return read_chrome_trace(path)
+    raise GraphrtError(f"{path}: neither an Nsight Systems export (SQLite or .nsys-rep) nor a "
+                       "Chrome-trace JSON from torch.profiler")

@@ -1,0 +1,482 @@
+"""What a trace says about decode steps, kernel launches and NVTX ranges.
+
+    report = analyze(load_trace(path))          # figures, as dataclasses
+    print(format_report(report))                # tabulate tables
+    comparisons = compare_steps([report, ...])  # first step group against each later one
+
+How things are tied together (all on the CPU side, per thread):
+
+- Ranges on one thread nest (NVTX push/pop, `record_function`); each range's parent is the
+  innermost other range on its thread that contains it.
+- A CUDA API call belongs to the innermost range open on its thread when the call began, and so
+  to every range around that one. A kernel belongs where the call that launched it (joined by
+  correlation id, see `Kernel.launch`) belongs: NVTX ranges are CPU time, so a kernel that runs
+  on the GPU long after its range closed still counts for the range that launched it. Under CUDA
+  graph replay every replayed kernel shares the `cudaGraphLaunch`'s correlation id, so all of
+  them land in the range around `replay()`.
+- A CPU op (torch.profiler `cpu_op`) belongs to the innermost range open when it began; only
+  top-level ops (not called by another op) are counted, so `aten::linear` is one op, not three.
+
+A decode step is a range named `decode_step[...]` or `replay[...]`. Steps with the same name form
+a group; a group's figures are medians over its steps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tabulate import tabulate
+
+from graphrt.launches import GRAPH_LAUNCH_APIS
+from graphrt.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
+from graphrt.trace.model import Trace
+
+STEP_PREFIXES = ("decode_step[", "replay[")
+# Any launch of GPU work from the host that is not a graph launch: cudaLaunchKernel(ExC),
+# cudaLaunchCooperativeKernel, cudaLaunchHostFunc, the driver's cuLaunchKernel(Ex), ...
+KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
+
+
+class _Span(Protocol):
+    start_ns: int
+    end_ns: int
+    pid: int
+    tid: int
+
+
+def is_step(name: str) -> bool:
+    return name.startswith(STEP_PREFIXES)
+
+
+def launch_kind(api_name: str) -> str | None:
+    """"graph" for cudaGraphLaunch*, "kernel" for the other launch APIs, None for the rest."""
+    if api_name.startswith(GRAPH_LAUNCH_APIS):
+        return "graph"
+    if api_name.startswith(KERNEL_LAUNCH_PREFIXES):
+        return "kernel"
+    return None
+
+
+def range_kind(name: str) -> str | None:
+    """The module kind (one of graphrt.nvtx.KINDS) of a range, from the class in parentheses
+    and the module's name (`model.layers.3.mlp (Qwen2MLP)` -> mlp), or from the bare name for
+    ranges that are not module ranges. None for graphrt's step-level ranges (prefill,
+    decode_step[...], replay[...], capture[...], copy_in, ...): they hold whole steps."""
+    if name.partition("[")[0] in STEP_COLORS:
+        return None
+    try:
+        qualname, cls = parse_range_name(name)
+    except ValueError:
+        return kind_of(name, "")
+    return kind_of(qualname, cls)
+
+
+# ---------------------------------------------------------------------------------------------
+# Joining the trace up
+
+
+def _by_thread(spans: Sequence[_Span]) -> dict[tuple[int, int], list[int]]:
+    """Indices of the spans on each thread, by start; of two with the same start, longer first."""
+    threads: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, s in enumerate(spans):
+        threads[(s.pid, s.tid)].append(i)
+    for order in threads.values():
+        order.sort(key=lambda i: (spans[i].start_ns, -spans[i].end_ns))
+    return threads
+
+
+def _parents(spans: Sequence[_Span]) -> list[int | None]:
+    """For each span, the innermost other span on its thread that contains it (or None)."""
+    parent: list[int | None] = [None] * len(spans)
+    for order in _by_thread(spans).values():
+        stack: list[int] = []  # open spans, outermost first
+        for i in order:
+            while stack and spans[stack[-1]].end_ns < spans[i].end_ns:
+                stack.pop()
+            parent[i] = stack[-1] if stack else None
+            stack.append(i)
+    return parent
+
+
+class _Locator:
+    """Finds the innermost span open on a thread at a time."""
+
+    def __init__(self, spans: Sequence[_Span], parent: list[int | None]):
+        self._spans, self._parent = spans, parent
+        self._order = _by_thread(spans)
+        self._starts = {key: [spans[i].start_ns for i in order] for key, order in self._order.items()}
+
+    def innermost(self, pid: int, tid: int, t: int) -> int | None:
+        order = self._order.get((pid, tid))
+        if not order:
+            return None
+        j = bisect.bisect_right(self._starts[(pid, tid)], t) - 1
+        # the last span to start by t, or else the nearest of its ancestors still open at t
+        r = order[j] if j >= 0 else None
+        while r is not None and self._spans[r].end_ns < t:
+            r = self._parent[r]
+        return r
+
+
+def _spread(parent: list[int | None], homes: Iterable[tuple[int, int | None]]) -> list[list[int]]:
+    """For each range, the items that belong to it or to a range inside it.
+
+    `homes` gives (item, innermost range or None); an item counts for that range and every
+    range around it."""
+    per_range: list[list[int]] = [[] for _ in parent]
+    for item, r in homes:
+        while r is not None:
+            per_range[r].append(item)
+            r = parent[r]
+    return per_range
+
+
+def _busy_and_gaps(intervals: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
+    """(time covered by the union of the intervals, the gaps between them), in ns."""
+    busy, gaps = 0, []
+    cursor: int | None = None  # the latest end seen so far
+    for start, end in sorted(intervals):
+        if cursor is None or start > cursor:
+            if cursor is not None:
+                gaps.append(start - cursor)
+            busy += end - start
+            cursor = end
+        elif end > cursor:
+            busy += end - cursor
+            cursor = end
+    return busy, gaps
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One decode step (one `decode_step[...]` or `replay[...]` range). Times in ns; `wall_ns`
+    is the range's CPU time; GPU figures are over the kernels the step launched."""
+
+    name: str
+    start_ns: int
+    wall_ns: int
+    kernels: int
+    kernel_launches: int  # cudaLaunchKernel* and other non-graph launch calls
+    kernel_launch_ns: int  # their CPU time
+    graph_launches: int  # cudaGraphLaunch* calls
+    graph_launch_ns: int
+    gpu_busy_ns: int  # union of the kernels' intervals
+    gpu_idle_ns: int  # sum of the gaps between consecutive kernels
+    idle_gaps: int
+    median_gap_ns: float
+    cpu_ops: int  # top-level CPU ops (torch.profiler cpu_op) run inside the step
+    cpu_op_ns: int
+
+    @property
+    def launches(self) -> int:
+        return self.kernel_launches + self.graph_launches
+
+    @property
+    def launch_ns(self) -> int:
+        return self.kernel_launch_ns + self.graph_launch_ns
+
+
+# (field or property of StepFigures, title, unit): what a step group reports and compares
+STEP_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("wall_ns", "step time (CPU)", "ns"),
+    ("kernels", "kernels", "count"),
+    ("launches", "launch calls", "count"),
+    ("kernel_launches", "cudaLaunchKernel* calls", "count"),
+    ("graph_launches", "cudaGraphLaunch* calls", "count"),
+    ("launch_ns", "launch CPU time", "ns"),
+    ("kernel_launch_ns", "cudaLaunchKernel* CPU time", "ns"),
+    ("graph_launch_ns", "cudaGraphLaunch* CPU time", "ns"),
+    ("gpu_busy_ns", "GPU busy", "ns"),
+    ("gpu_idle_ns", "GPU idle", "ns"),
+    ("idle_gaps", "GPU idle gaps", "count"),
+    ("median_gap_ns", "median idle gap", "ns"),
+    ("cpu_ops", "CPU ops", "count"),
+    ("cpu_op_ns", "CPU op time", "ns"),
+)
+
+
+@dataclass
+class StepGroup:
+    """All steps with one name, and the median of every metric across them."""
+
+    name: str
+    steps: list[StepFigures]
+    medians: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.medians = {key: statistics.median(getattr(s, key) for s in self.steps)
+                        for key, _, _ in STEP_METRICS}
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    device: int
+    kernels: int
+    kernel_ns: int  # sum of kernel durations
+    busy_ns: int  # union of kernel intervals (concurrent kernels counted once)
+    span_ns: int  # first kernel start to last kernel end
+
+
+@dataclass(frozen=True)
+class RangeFigures:
+    """Ranges grouped by `key` (a module kind, or a domain and name). `kernels` and `gpu_ns`:
+    kernels launched inside the ranges (nested ranges included) and their summed duration."""
+
+    key: str
+    domain: str
+    count: int
+    total_ns: int
+    kernels: int
+    gpu_ns: int
+    cpu_ops: int
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.count if self.count else 0.0
+
+
+@dataclass
+class TraceReport:
+    source: str
+    kind: str
+    meta: dict[str, str]
+    counts: dict[str, int]
+    notes: list[str]
+    devices: list[DeviceFigures]
+    step_groups: list[StepGroup]
+    by_kind: list[RangeFigures]  # outermost range of each kind, so nesting is not counted twice
+    by_name: list[RangeFigures]  # every (domain, name), most total time first
+
+
+def analyze(trace: Trace) -> TraceReport:
+    """Every figure graphrt reports for one trace."""
+    ranges, kernels, calls, ops = trace.ranges, trace.kernels, trace.api_calls, trace.cpu_ops
+    parent = _parents(ranges)
+    locate = _Locator(ranges, parent).innermost
+    call_home = [locate(c.pid, c.tid, c.start_ns) for c in calls]
+    op_parent = _parents(ops)
+    top_ops = [i for i, p in enumerate(op_parent) if p is None]
+
+    kernels_in = _spread(parent, ((i, call_home[k.launch]) for i, k in enumerate(kernels)
+                                  if k.launch is not None))
+    launch_calls = [i for i, c in enumerate(calls) if launch_kind(c.name)]
+    launches_in = _spread(parent, ((i, call_home[i]) for i in launch_calls))
+    ops_in = _spread(parent, ((i, locate(ops[i].pid, ops[i].tid, ops[i].start_ns)) for i in top_ops))
+
+    def step(r: int) -> StepFigures:
+        ks = [kernels[i] for i in kernels_in[r]]
+        launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
+        for i in launches_in[r]:
+            launch_ns[launch_kind(calls[i].name)].append(calls[i].duration_ns)
+        busy, gaps = _busy_and_gaps((k.start_ns, k.end_ns) for k in ks)
+        rng = ranges[r]
+        return StepFigures(
+            name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(ks),
+            kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
+            graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
+            gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
+            median_gap_ns=statistics.median(gaps) if gaps else 0,
+            cpu_ops=len(ops_in[r]), cpu_op_ns=sum(ops[i].end_ns - ops[i].start_ns for i in ops_in[r]))
+
+    groups: dict[str, list[StepFigures]] = {}
+    for r in sorted((r for r, rng in enumerate(ranges) if is_step(rng.name)),
+                    key=lambda r: ranges[r].start_ns):
+        groups.setdefault(ranges[r].name, []).append(step(r))
+
+    def figures(key: str, domain: str, members: list[int]) -> RangeFigures:
+        return RangeFigures(
+            key=key, domain=domain, count=len(members),
+            total_ns=sum(ranges[r].duration_ns for r in members),
+            kernels=sum(len(kernels_in[r]) for r in members),
+            gpu_ns=sum(kernels[i].duration_ns for r in members for i in kernels_in[r]),
+            cpu_ops=sum(len(ops_in[r]) for r in members))
+
+    kinds = [range_kind(rng.name) for rng in ranges]
+    outermost: dict[str, list[int]] = defaultdict(list)
+    for r, kind in enumerate(kinds):
+        if kind is None:
+            continue
+        p = parent[r]
+        while p is not None and kinds[p] != kind:
+            p = parent[p]
+        if p is None:
+            outermost[kind].append(r)
+    by_kind = [figures(kind, "", outermost[kind]) for kind in KINDS if outermost[kind]]
+
+    named: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for r, rng in enumerate(ranges):
+        named[(rng.domain, rng.name)].append(r)
+    by_name = sorted((figures(name, domain, members) for (domain, name), members in named.items()),
+                     key=lambda f: (-f.total_ns, f.key))
+
+    per_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for k in kernels:
+        per_device[k.device].append((k.start_ns, k.end_ns))
+    devices = [DeviceFigures(device=d, kernels=len(iv), kernel_ns=sum(e - s for s, e in iv),
+                             busy_ns=_busy_and_gaps(iv)[0],
+                             span_ns=max(e for _, e in iv) - min(s for s, _ in iv))
+               for d, iv in sorted(per_device.items())]
+
+    launch_kinds = [launch_kind(calls[i].name) for i in launch_calls]
+    counts = {"ranges": len(ranges), "kernels": len(kernels), "api_calls": len(calls),
+              "cpu_ops": len(ops), "kernel_launches": launch_kinds.count("kernel"),
+              "graph_launches": launch_kinds.count("graph"),
+              "kernels_without_launch": sum(k.launch is None for k in kernels)}
+    return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
+                       notes=_notes(trace, counts, bool(groups)), devices=devices,
+                       step_groups=[StepGroup(n, s) for n, s in groups.items()],
+                       by_kind=by_kind, by_name=by_name)
+
+
+def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
+    notes = []
+    if not trace.kernels:
+        what = "NVTX ranges only" if trace.kind == "nsys" else "CPU ops and record_function ranges only"
+        notes.append(f"no CUDA kernels in this trace: {what}")
+    elif counts["kernels_without_launch"]:
+        notes.append(f"{counts['kernels_without_launch']} of {counts['kernels']} kernels match no "
+                     "launch call in the trace: they count per device, not per range or step")
+    if not trace.ranges:
+        notes.append("no NVTX or record_function ranges in this trace")
+    elif not has_steps:
+        notes.append("no decode_step[...] or replay[...] ranges: whole-trace figures only")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing steps
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Median step figures of `baseline` and `other`, and what `other` removed."""
+
+    baseline: str
+    other: str
+    rows: list[tuple[str, str, float, float]]  # (metric key, title, baseline, other)
+
+
+def _label(report: TraceReport, group: StepGroup, several_traces: bool) -> str:
+    return f"{Path(report.source).name}: {group.name}" if several_traces else group.name
+
+
+def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
+    """The first step group of all the traces against each later one (eager vs graph, say).
+    Metrics that are zero on both sides are left out."""
+    several = len(reports) > 1
+    groups = [(_label(rep, g, several), g) for rep in reports for g in rep.step_groups]
+    if len(groups) < 2:
+        return []
+    (base_label, base), rest = groups[0], groups[1:]
+    return [Comparison(base_label, label, [
+        (key, title, base.medians[key], g.medians[key])
+        for key, title, _ in STEP_METRICS if base.medians[key] or g.medians[key]])
+        for label, g in rest]
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:,.1f}"
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
+_UNIT_FORMAT = {"ns": _us, "count": _count}
+_METRIC_UNITS = {key: unit for key, _, unit in STEP_METRICS}
+
+
+def _describe(report: TraceReport) -> str:
+    if report.kind == "nsys":
+        made = f"Nsight Systems {report.meta.get('nsys_version', '?')}, export schema {report.meta.get('schema', '?')}"
+    else:
+        made = "torch.profiler Chrome trace"
+    c = report.counts
+    parts = [f"{c['ranges']:,} ranges", f"{c['kernels']:,} kernels",
+             f"{c['kernel_launches']:,} kernel launch calls", f"{c['graph_launches']:,} graph launch calls"]
+    if c["cpu_ops"]:
+        parts.append(f"{c['cpu_ops']:,} CPU ops")
+    return f"== {report.source} ({made})\n" + ", ".join(parts)
+
+
+def format_report(report: TraceReport, top: int = 15) -> str:
+    """The report as text: a header, notes, then one table per kind of figure."""
+    out = [_describe(report), *report.notes]
+    if report.devices:
+        out += ["", "Kernels per device", tabulate(
+            [(d.device, _count(d.kernels), _us(d.kernel_ns), _us(d.busy_ns), _us(d.span_ns))
+             for d in report.devices],
+            headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"],
+            disable_numparse=True)]
+    if report.step_groups:
+        shown = [(key, title, unit) for key, title, unit in STEP_METRICS
+                 if any(g.medians[key] for g in report.step_groups)]
+        rows = [(g.name, len(g.steps), *(_UNIT_FORMAT[unit](g.medians[key]) for key, _, unit in shown))
+                for g in report.step_groups]
+        headers = ["step", "steps", *(f"{title} µs" if unit == "ns" else title for _, title, unit in shown)]
+        out += ["", "Decode steps (median per step)", tabulate(rows, headers=headers, disable_numparse=True)]
+    with_ops = any(f.cpu_ops for f in report.by_name)
+
+    def range_rows(rows: list[RangeFigures], first: str, domain: bool) -> str:
+        headers = [first, *(["domain"] if domain else []), "ranges", "total µs", "mean µs",
+                   "kernels", "GPU µs", *(["CPU ops"] if with_ops else [])]
+        return tabulate([(f.key, *([f.domain] if domain else []), f.count, _us(f.total_ns),
+                          _us(f.mean_ns), f.kernels, _us(f.gpu_ns), *([f.cpu_ops] if with_ops else []))
+                         for f in rows], headers=headers, disable_numparse=True)
+
+    if any(f.key != "other" for f in report.by_kind):  # only "other": no module ranges to sort
+        out += ["", "Ranges by module kind (outermost range of each kind)",
+                range_rows(report.by_kind, "kind", domain=False)]
+    if report.by_name:
+        more = len(report.by_name) - top
+        title = f"Ranges by name (top {top} by total time of {len(report.by_name)})" if more > 0 else "Ranges by name"
+        out += ["", title, range_rows(report.by_name[:top], "range",
+                                      domain=any(f.domain for f in report.by_name))]
+    return "\n".join(out)
+
+
+def format_comparison(comparison: Comparison) -> str:
+    rows = []
+    for key, title, a, b in comparison.rows:
+        fmt = _UNIT_FORMAT[_METRIC_UNITS[key]]
+        share = f"{(a - b) / a:.0%}" if a else "-"
+        rows.append((title + (" µs" if _METRIC_UNITS[key] == "ns" else ""), fmt(a), fmt(b), fmt(a - b), share))
+    return "\n".join([f"{comparison.other} against {comparison.baseline} (median per step)",
+                      tabulate(rows, headers=["", comparison.baseline, comparison.other, "removed", "removed %"],
+                               disable_numparse=True)])
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def report_dict(report: TraceReport) -> dict[str, Any]:
+    """The report as plain data (times in ns), every step and every range name included."""
+    return {
+        "source": report.source, "kind": report.kind, "meta": report.meta, "counts": report.counts,
+        "notes": report.notes, "devices": [asdict(d) for d in report.devices],
+        "step_groups": [{"name": g.name, "steps": len(g.steps), "medians": g.medians,
+                         "per_step": [asdict(s) for s in g.steps]} for g in report.step_groups],
+        "by_kind": [asdict(f) for f in report.by_kind],
+        "by_name": [asdict(f) for f in report.by_name],
+    }
+
+
+def comparison_dict(comparison: Comparison) -> dict[str, Any]:
+    return {"baseline": comparison.baseline, "other": comparison.other,
+            "metrics": [{"metric": key, "title": title, "baseline": a, "other": b, "removed": a - b}
+                        for key, title, a, b in comparison.rows]}
