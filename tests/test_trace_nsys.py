@@ -48,19 +48,23 @@ def export(request):
 
 def test_both_schema_versions_are_read_with_their_metadata():
     assert load_trace(_need(OLD)).meta == {"nsys_version": "2022.2.1.31", "schema": "2.9.1"}
-    assert load_trace(_need(NEW)).meta == {"nsys_version": "2026.2.1.210", "schema": "3.25.0"}
+    # the newer export also says how CUDA graphs were traced
+    assert load_trace(_need(NEW)).meta == {"nsys_version": "2026.2.1.210", "schema": "3.25.0",
+                                           "cuda_graph_trace": "Graph"}
 
 
 def test_kernel_count_and_time_per_device_match_sql(export):
     path, _, report = export
     expected = {device: (count, total) for device, count, total in sql(
-        path, "SELECT deviceId, COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY deviceId")}
+        path, "SELECT deviceId, COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+              "GROUP BY deviceId")}
     assert {d.device: (d.kernels, d.kernel_ns) for d in report.devices} == expected
 
 
 def test_ranges_are_the_closed_push_pop_and_start_end_events(export):
     path, trace, _ = export
-    (expected,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL")
+    (expected,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS "
+                            "WHERE eventType IN (59, 60) AND end IS NOT NULL")
     assert len(trace.ranges) == expected[0]
 
 
@@ -181,8 +185,8 @@ def recorded(tmp_path_factory):
                    check=True, capture_output=True, timeout=300)
     report = tmp / "ranges.nsys-rep"
     export = tmp / "exported.sqlite"
-    subprocess.run([nsys, "export", "-t", "sqlite", "-q", "true", "-f", "true", "-o", str(export), str(report)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run([nsys, "export", "-t", "sqlite", "-q", "true", "-f", "true", "-o", str(export),
+                    str(report)], check=True, capture_output=True, timeout=300)
     return report, export
 
 

@@ -258,84 +258,112 @@ class TraceReport:
     by_name: list[RangeFigures]  # every (domain, name), most total time first
 
 
-def analyze(trace: Trace) -> TraceReport:
-    """Every figure graphrt reports for one trace."""
-    ranges, kernels, calls, ops = trace.ranges, trace.kernels, trace.api_calls, trace.cpu_ops
-    parent = _parents(ranges)
-    locate = _Locator(ranges, parent).innermost
-    call_home = [locate(c.pid, c.tid, c.start_ns) for c in calls]
-    op_parent = _parents(ops)
-    top_ops = [i for i, p in enumerate(op_parent) if p is None]
+@dataclass
+class _Attribution:
+    """Which items belong to each range (by index into the trace's lists), nested ranges included."""
 
-    kernels_in = _spread(parent, ((i, call_home[k.launch]) for i, k in enumerate(kernels)
-                                  if k.launch is not None))
-    launch_calls = [i for i, c in enumerate(calls) if launch_kind(c.name)]
-    launches_in = _spread(parent, ((i, call_home[i]) for i in launch_calls))
-    ops_in = _spread(parent, ((i, locate(ops[i].pid, ops[i].tid, ops[i].start_ns)) for i in top_ops))
+    parent: list[int | None]  # per range: the innermost range around it on its thread
+    kernels: list[list[int]]  # per range: kernels launched inside it
+    launches: list[list[int]]  # per range: launch API calls made inside it
+    ops: list[list[int]]  # per range: top-level CPU ops run inside it
 
-    def step(r: int) -> StepFigures:
-        ks = [kernels[i] for i in kernels_in[r]]
-        launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
-        for i in launches_in[r]:
-            launch_ns[launch_kind(calls[i].name)].append(calls[i].duration_ns)
-        busy, gaps = _busy_and_gaps((k.start_ns, k.end_ns) for k in ks)
-        rng = ranges[r]
-        return StepFigures(
-            name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(ks),
-            kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
-            graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
-            gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
-            median_gap_ns=statistics.median(gaps) if gaps else 0,
-            cpu_ops=len(ops_in[r]), cpu_op_ns=sum(ops[i].end_ns - ops[i].start_ns for i in ops_in[r]))
+    @classmethod
+    def of(cls, trace: Trace) -> _Attribution:
+        ranges, calls, ops = trace.ranges, trace.api_calls, trace.cpu_ops
+        parent = _parents(ranges)
+        locate = _Locator(ranges, parent).innermost
+        call_home = [locate(c.pid, c.tid, c.start_ns) for c in calls]
+        top_ops = [i for i, p in enumerate(_parents(ops)) if p is None]
+        return cls(
+            parent=parent,
+            kernels=_spread(parent, ((i, call_home[k.launch]) for i, k in enumerate(trace.kernels)
+                                     if k.launch is not None)),
+            launches=_spread(parent, ((i, call_home[i]) for i, c in enumerate(calls) if launch_kind(c.name))),
+            ops=_spread(parent, ((i, locate(ops[i].pid, ops[i].tid, ops[i].start_ns)) for i in top_ops)))
 
+
+def _step(trace: Trace, att: _Attribution, r: int) -> StepFigures:
+    kernels = [trace.kernels[i] for i in att.kernels[r]]
+    launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
+    for i in att.launches[r]:
+        call = trace.api_calls[i]
+        launch_ns[launch_kind(call.name)].append(call.duration_ns)
+    busy, gaps = _busy_and_gaps((k.start_ns, k.end_ns) for k in kernels)
+    ops = [trace.cpu_ops[i] for i in att.ops[r]]
+    rng = trace.ranges[r]
+    return StepFigures(
+        name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(kernels),
+        kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
+        graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
+        gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
+        median_gap_ns=statistics.median(gaps) if gaps else 0,
+        cpu_ops=len(ops), cpu_op_ns=sum(op.end_ns - op.start_ns for op in ops))
+
+
+def _step_groups(trace: Trace, att: _Attribution) -> list[StepGroup]:
     groups: dict[str, list[StepFigures]] = {}
-    for r in sorted((r for r, rng in enumerate(ranges) if is_step(rng.name)),
-                    key=lambda r: ranges[r].start_ns):
-        groups.setdefault(ranges[r].name, []).append(step(r))
+    steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
+                   key=lambda r: trace.ranges[r].start_ns)
+    for r in steps:
+        groups.setdefault(trace.ranges[r].name, []).append(_step(trace, att, r))
+    return [StepGroup(name, figures) for name, figures in groups.items()]
 
-    def figures(key: str, domain: str, members: list[int]) -> RangeFigures:
-        return RangeFigures(
-            key=key, domain=domain, count=len(members),
-            total_ns=sum(ranges[r].duration_ns for r in members),
-            kernels=sum(len(kernels_in[r]) for r in members),
-            gpu_ns=sum(kernels[i].duration_ns for r in members for i in kernels_in[r]),
-            cpu_ops=sum(len(ops_in[r]) for r in members))
 
-    kinds = [range_kind(rng.name) for rng in ranges]
+def _figures(trace: Trace, att: _Attribution, key: str, domain: str, members: list[int]) -> RangeFigures:
+    return RangeFigures(
+        key=key, domain=domain, count=len(members),
+        total_ns=sum(trace.ranges[r].duration_ns for r in members),
+        kernels=sum(len(att.kernels[r]) for r in members),
+        gpu_ns=sum(trace.kernels[i].duration_ns for r in members for i in att.kernels[r]),
+        cpu_ops=sum(len(att.ops[r]) for r in members))
+
+
+def _by_kind(trace: Trace, att: _Attribution) -> list[RangeFigures]:
+    """Per module kind, its outermost ranges: a range inside another of the same kind (q_proj
+    inside self_attn) is already counted in it."""
+    kinds = [range_kind(rng.name) for rng in trace.ranges]
     outermost: dict[str, list[int]] = defaultdict(list)
     for r, kind in enumerate(kinds):
         if kind is None:
             continue
-        p = parent[r]
+        p = att.parent[r]
         while p is not None and kinds[p] != kind:
-            p = parent[p]
+            p = att.parent[p]
         if p is None:
             outermost[kind].append(r)
-    by_kind = [figures(kind, "", outermost[kind]) for kind in KINDS if outermost[kind]]
+    return [_figures(trace, att, kind, "", outermost[kind]) for kind in KINDS if outermost[kind]]
 
+
+def _by_name(trace: Trace, att: _Attribution) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for r, rng in enumerate(ranges):
+    for r, rng in enumerate(trace.ranges):
         named[(rng.domain, rng.name)].append(r)
-    by_name = sorted((figures(name, domain, members) for (domain, name), members in named.items()),
-                     key=lambda f: (-f.total_ns, f.key))
+    return sorted((_figures(trace, att, name, domain, members) for (domain, name), members in named.items()),
+                  key=lambda f: (-f.total_ns, f.key))
 
+
+def _devices(trace: Trace) -> list[DeviceFigures]:
     per_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for k in kernels:
+    for k in trace.kernels:
         per_device[k.device].append((k.start_ns, k.end_ns))
-    devices = [DeviceFigures(device=d, kernels=len(iv), kernel_ns=sum(e - s for s, e in iv),
-                             busy_ns=_busy_and_gaps(iv)[0],
-                             span_ns=max(e for _, e in iv) - min(s for s, _ in iv))
-               for d, iv in sorted(per_device.items())]
+    return [DeviceFigures(device=d, kernels=len(iv), kernel_ns=sum(e - s for s, e in iv),
+                          busy_ns=_busy_and_gaps(iv)[0],
+                          span_ns=max(e for _, e in iv) - min(s for s, _ in iv))
+            for d, iv in sorted(per_device.items())]
 
-    launch_kinds = [launch_kind(calls[i].name) for i in launch_calls]
-    counts = {"ranges": len(ranges), "kernels": len(kernels), "api_calls": len(calls),
-              "cpu_ops": len(ops), "kernel_launches": launch_kinds.count("kernel"),
-              "graph_launches": launch_kinds.count("graph"),
-              "kernels_without_launch": sum(k.launch is None for k in kernels)}
+
+def analyze(trace: Trace) -> TraceReport:
+    """Every figure graphrt reports for one trace."""
+    att = _Attribution.of(trace)
+    launch_kinds = [launch_kind(c.name) for c in trace.api_calls]
+    counts = {"ranges": len(trace.ranges), "kernels": len(trace.kernels),
+              "api_calls": len(trace.api_calls), "cpu_ops": len(trace.cpu_ops),
+              "kernel_launches": launch_kinds.count("kernel"), "graph_launches": launch_kinds.count("graph"),
+              "kernels_without_launch": sum(k.launch is None for k in trace.kernels)}
+    groups = _step_groups(trace, att)
     return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
-                       notes=_notes(trace, counts, bool(groups)), devices=devices,
-                       step_groups=[StepGroup(n, s) for n, s in groups.items()],
-                       by_kind=by_kind, by_name=by_name)
+                       notes=_notes(trace, counts, bool(groups)), devices=_devices(trace),
+                       step_groups=groups, by_kind=_by_kind(trace, att), by_name=_by_name(trace, att))
 
 
 def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
@@ -346,6 +374,9 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
     elif counts["kernels_without_launch"]:
         notes.append(f"{counts['kernels_without_launch']} of {counts['kernels']} kernels match no "
                      "launch call in the trace: they count per device, not per range or step")
+    if counts["graph_launches"] and trace.meta.get("cuda_graph_trace") == "Graph":
+        notes.append("CUDA graphs were traced whole (--cuda-graph-trace=graph): their kernels are not "
+                     "in the trace; record with --cuda-graph-trace=node to see them")
     if not trace.ranges:
         notes.append("no NVTX or record_function ranges in this trace")
     elif not has_steps:
@@ -400,9 +431,14 @@ _UNIT_FORMAT = {"ns": _us, "count": _count}
 _METRIC_UNITS = {key: unit for key, _, unit in STEP_METRICS}
 
 
+def _titled(title: str, unit: str) -> str:
+    return f"{title} µs" if unit == "ns" else title
+
+
 def _describe(report: TraceReport) -> str:
     if report.kind == "nsys":
-        made = f"Nsight Systems {report.meta.get('nsys_version', '?')}, export schema {report.meta.get('schema', '?')}"
+        meta = report.meta
+        made = f"Nsight Systems {meta.get('nsys_version', '?')}, export schema {meta.get('schema', '?')}"
     else:
         made = "torch.profiler Chrome trace"
     c = report.counts
@@ -423,12 +459,11 @@ def format_report(report: TraceReport, top: int = 15) -> str:
             headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"],
             disable_numparse=True)]
     if report.step_groups:
-        shown = [(key, title, unit) for key, title, unit in STEP_METRICS
-                 if any(g.medians[key] for g in report.step_groups)]
-        rows = [(g.name, len(g.steps), *(_UNIT_FORMAT[unit](g.medians[key]) for key, _, unit in shown))
-                for g in report.step_groups]
-        headers = ["step", "steps", *(f"{title} µs" if unit == "ns" else title for _, title, unit in shown)]
-        out += ["", "Decode steps (median per step)", tabulate(rows, headers=headers, disable_numparse=True)]
+        # one column per step group, one row per metric that is not zero everywhere
+        rows = [(_titled(title, unit), *(_UNIT_FORMAT[unit](g.medians[key]) for g in report.step_groups))
+                for key, title, unit in STEP_METRICS if any(g.medians[key] for g in report.step_groups)]
+        headers = ["median per step", *(f"{g.name} ({len(g.steps)} steps)" for g in report.step_groups)]
+        out += ["", "Decode steps", tabulate(rows, headers=headers, disable_numparse=True)]
     with_ops = any(f.cpu_ops for f in report.by_name)
 
     def range_rows(rows: list[RangeFigures], first: str, domain: bool) -> str:
@@ -442,8 +477,9 @@ def format_report(report: TraceReport, top: int = 15) -> str:
         out += ["", "Ranges by module kind (outermost range of each kind)",
                 range_rows(report.by_kind, "kind", domain=False)]
     if report.by_name:
-        more = len(report.by_name) - top
-        title = f"Ranges by name (top {top} by total time of {len(report.by_name)})" if more > 0 else "Ranges by name"
+        title = "Ranges by name"
+        if len(report.by_name) > top:
+            title += f" (top {top} by total time of {len(report.by_name)})"
         out += ["", title, range_rows(report.by_name[:top], "range",
                                       domain=any(f.domain for f in report.by_name))]
     return "\n".join(out)
@@ -452,12 +488,13 @@ def format_report(report: TraceReport, top: int = 15) -> str:
 def format_comparison(comparison: Comparison) -> str:
     rows = []
     for key, title, a, b in comparison.rows:
-        fmt = _UNIT_FORMAT[_METRIC_UNITS[key]]
+        unit = _METRIC_UNITS[key]
+        fmt = _UNIT_FORMAT[unit]
         share = f"{(a - b) / a:.0%}" if a else "-"
-        rows.append((title + (" µs" if _METRIC_UNITS[key] == "ns" else ""), fmt(a), fmt(b), fmt(a - b), share))
+        rows.append((_titled(title, unit), fmt(a), fmt(b), fmt(a - b), share))
     return "\n".join([f"{comparison.other} against {comparison.baseline} (median per step)",
-                      tabulate(rows, headers=["", comparison.baseline, comparison.other, "removed", "removed %"],
-                               disable_numparse=True)])
+                      tabulate(rows, disable_numparse=True, headers=[
+                          "", comparison.baseline, comparison.other, "removed", "removed %"])])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,13 +83,17 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _meta(schema: _Schema) -> dict[str, str]:
-    for table in _META_TABLES:
+    """Who wrote the export and, where the export says (META_DATA_CAPTURE, newer releases), how
+    CUDA graphs were traced: "Node" (each kernel) or "Graph" (one span per graph launch)."""
+    wanted = {"EXPORT_PRODUCT_VERSION": "nsys_version", "EXPORT_SCHEMA_VERSION": "schema",
+              "CUDA_GRAPH_TRACE_OPTIONS:MODE": "cuda_graph_trace"}
+    meta = {}
+    for table in (*_META_TABLES, "META_DATA_CAPTURE"):
         if {"name", "value"} <= schema.columns(table):
-            rows = dict(schema.db.execute(f"SELECT name, value FROM {table}"))
-            return {key: str(rows[name]) for key, name in
-                    (("nsys_version", "EXPORT_PRODUCT_VERSION"), ("schema", "EXPORT_SCHEMA_VERSION"))
-                    if rows.get(name) is not None}
-    return {}
+            for name, value in schema.db.execute(f"SELECT name, value FROM {table}"):
+                if name in wanted and value is not None:
+                    meta.setdefault(wanted[name], str(value))
+    return meta
 
 
 def _api_calls(schema: _Schema) -> list[ApiCall]:
@@ -189,8 +193,9 @@ def _export(report: Path, out: Path) -> None:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not tmp.is_file():
-            why = (done.stderr or done.stdout).strip().splitlines()
-            raise GraphrtError(f"{report}: nsys export failed ({why[-1] if why else f'exit {done.returncode}'})")
+            said = (done.stderr or done.stdout).strip().splitlines()
+            why = said[-1] if said else f"exit status {done.returncode}"
+            raise GraphrtError(f"{report}: nsys export failed ({why})")
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

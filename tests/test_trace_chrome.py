@@ -1,0 +1,110 @@
+"""Reading torch.profiler Chrome traces: a real CPU trace made here, and the CUDA events a GPU
+trace holds (written out in torch's layout, since this machine has no GPU)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from graphrt.errors import GraphrtError
+from graphrt.trace import load_trace
+from graphrt.trace.analyze import analyze
+
+STEPS = 4
+OPS_PER_STEP = ("aten::mm", "aten::relu", "aten::sum")  # each calls further aten ops inside
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory):
+    """A torch.profiler CPU trace of STEPS decode steps, each running OPS_PER_STEP."""
+    path = tmp_path_factory.mktemp("chrome") / "cpu.json"
+    x, w = torch.randn(4, 16), torch.randn(16, 16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(STEPS):
+            with record_function("decode_step[eager]"):
+                torch.sum(torch.relu(torch.mm(x, w)))
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_record_function_ranges_and_aten_ops_are_read(cpu_trace):
+    trace = load_trace(cpu_trace)
+    assert trace.kind == "chrome"
+    assert [r.name for r in trace.ranges] == ["decode_step[eager]"] * STEPS
+    assert trace.kernels == [] and trace.api_calls == []
+    names = {op.name for op in trace.cpu_ops}
+    assert set(OPS_PER_STEP) <= names
+    assert len(trace.cpu_ops) > STEPS * len(OPS_PER_STEP)  # the nested calls are there too
+
+
+def test_each_step_counts_the_top_level_ops_it_ran(cpu_trace):
+    report = analyze(load_trace(cpu_trace))
+    (group,) = report.step_groups
+    assert group.name == "decode_step[eager]"
+    assert [s.cpu_ops for s in group.steps] == [len(OPS_PER_STEP)] * STEPS
+    assert all(0 < s.cpu_op_ns <= s.wall_ns for s in group.steps)
+    assert report.notes == ["no CUDA kernels in this trace: CPU ops and record_function ranges only"]
+
+
+def test_a_gzipped_trace_reads_the_same(cpu_trace, tmp_path):
+    zipped = tmp_path / "cpu.json.gz"
+    zipped.write_bytes(gzip.compress(cpu_trace.read_bytes()))
+    plain, packed = load_trace(cpu_trace), load_trace(zipped)
+    assert (packed.ranges, packed.cpu_ops) == (plain.ranges, plain.cpu_ops)
+
+
+def _event(cat: str, name: str, ts: float, dur: float, pid: int, tid: int, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+# What a CUDA trace from torch.profiler holds for one step with two launches: host-side
+# runtime calls and the kernels they launched (GPU pid/tid = device/stream), tied by
+# args.correlation; the step's annotation is drawn twice, on the CPU thread and on the GPU.
+CUDA_EVENTS = [
+    _event("user_annotation", "decode_step[eager]", 100.0, 50.0, pid=7, tid=7),
+    _event("cuda_runtime", "cudaLaunchKernel", 110.0, 4.0, pid=7, tid=7, correlation=21),
+    _event("cuda_runtime", "cudaLaunchKernel", 120.0, 4.0, pid=7, tid=7, correlation=22),
+    _event("cuda_runtime", "cudaDeviceSynchronize", 130.0, 60.0, pid=7, tid=7, correlation=23),
+    _event("kernel", "gemm", 125.0, 10.0, pid=0, tid=7, device=0, stream=7, correlation=21),
+    _event("kernel", "softmax", 137.5, 2.5, pid=0, tid=7, device=0, stream=7, correlation=22),
+    _event("gpu_user_annotation", "decode_step[eager]", 125.0, 15.0, pid=0, tid=7, device=0),
+    {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 21, "pid": 7, "tid": 7, "ts": 110.0},
+]
+
+
+def test_kernels_link_to_their_runtime_calls_by_correlation(tmp_path):
+    path = tmp_path / "cuda.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": CUDA_EVENTS}))
+    trace = load_trace(path)
+    assert [(k.name, trace.api_calls[k.launch].correlation_id) for k in trace.kernels] == [
+        ("gemm", 21), ("softmax", 22)]
+    assert [(k.start_ns, k.end_ns, k.device, k.stream) for k in trace.kernels] == [
+        (125_000, 135_000, 0, 7), (137_500, 140_000, 0, 7)]
+    assert [r.name for r in trace.ranges] == ["decode_step[eager]"]  # not its GPU copy
+
+    (step,) = analyze(trace).step_groups[0].steps
+    assert (step.kernels, step.kernel_launches, step.kernel_launch_ns) == (2, 2, 8_000)
+    assert (step.gpu_busy_ns, step.gpu_idle_ns, step.idle_gaps) == (12_500, 2_500, 1)
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"displayTimeUnit": "ms"}', "no traceEvents"),
+    ('[{"name": "x"}]', "events without ph"),
+    ('{"traceEvents": 5}', "traceEvents not a list"),
+])
+def test_json_that_is_not_a_chrome_trace_is_refused(tmp_path, content, why):
+    path = tmp_path / "other.json"
+    path.write_text(content)
+    with pytest.raises(GraphrtError, match=r"other\.json: JSON but not a Chrome trace"):
+        load_trace(path)
+
+
+def test_a_complete_event_without_a_timestamp_is_refused(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 1}]}))
+    with pytest.raises(GraphrtError, match=r"broken\.json: a Chrome-trace event lacks a usable field"):
+        load_trace(path)
