@@ -30,6 +30,8 @@ for tool in apt-get dpkg-deb; do
   command -v "$tool" >/dev/null 2>&1 ||
     die "no $tool here (not a Debian-like system): install Nsight Systems from NVIDIA (https://developer.nvidia.com/nsight-systems) and put nsys on PATH"
 done
+[[ $(uname -m) == x86_64 ]] ||
+  die "Debian packages Nsight Systems for x86_64 only, this is $(uname -m): install it from NVIDIA (https://developer.nvidia.com/nsight-systems) and put nsys on PATH"
 [[ -r $keyring ]] ||
   die "no Debian archive keyring at $keyring: install Nsight Systems from NVIDIA (https://developer.nvidia.com/nsight-systems) and put nsys on PATH"
 
