@@ -188,13 +188,12 @@ class NvtxHooks:
 
     def __init__(self, handles: list[RemovableHandle], range_names: list[str]):
         self._handles = handles
-        self.range_names = range_names  # one per hooked module, in named_modules() order
+        self.range_names = range_names  # one per module hooked, in named_modules() order
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self.range_names = []
 
     def __enter__(self) -> NvtxHooks:
         return self
