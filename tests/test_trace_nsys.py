@@ -20,16 +20,10 @@ from graphrt.errors import GraphrtError
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import analyze
 
-# Real exports from GPU machines, kept beside the repository (see their README for sources)
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+# Real exports from GPU machines (tests/data/nsys/README.md names their sources)
+FIXTURES = Path(__file__).resolve().parent / "data" / "nsys"
 OLD = FIXTURES / "pipit-saxpy-mpi-cuda-nsys2022.2.sqlite"  # schema 2.9.1, 1 GPU, MPI + NVTX
 NEW = FIXTURES / "nsysai-h100-2gpu-nsys2026.2.sqlite"  # schema 3.25.0, 2 GPUs, 16,782 ranges
-
-
-def _need(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"fixture {path.name} not found")
-    return path
 
 
 def sql(path: Path, query: str, *args, setup: str = "") -> list[tuple]:
@@ -41,15 +35,15 @@ def sql(path: Path, query: str, *args, setup: str = "") -> list[tuple]:
 
 @pytest.fixture(scope="module", params=[OLD, NEW], ids=["nsys2022.2", "nsys2026.2"])
 def export(request):
-    path = _need(request.param)
+    path = request.param
     trace = load_trace(path)
     return path, trace, analyze(trace)
 
 
 def test_both_schema_versions_are_read_with_their_metadata():
-    assert load_trace(_need(OLD)).meta == {"nsys_version": "2022.2.1.31", "schema": "2.9.1"}
+    assert load_trace(OLD).meta == {"nsys_version": "2022.2.1.31", "schema": "2.9.1"}
     # the newer export also says how CUDA graphs were traced
-    assert load_trace(_need(NEW)).meta == {"nsys_version": "2026.2.1.210", "schema": "3.25.0",
+    assert load_trace(NEW).meta == {"nsys_version": "2026.2.1.210", "schema": "3.25.0",
                                            "cuda_graph_trace": "Graph"}
 
 
@@ -69,7 +63,7 @@ def test_ranges_are_the_closed_push_pop_and_start_end_events(export):
 
 
 def test_nvtx_text_comes_from_text_or_from_string_ids_and_domains_are_named():
-    path = _need(OLD)
+    path = OLD
     trace = load_trace(path)
     # `saxpy` is inline text in the default domain; MPI_* are registered strings (textId) in
     # the domain the MPI wrappers created
@@ -82,7 +76,7 @@ def test_nvtx_text_comes_from_text_or_from_string_ids_and_domains_are_named():
 
 
 def test_runtime_calls_keep_one_row_per_call_without_version_suffix():
-    path = _need(OLD)
+    path = OLD
     trace = load_trace(path)
     # this export writes each call twice: eventClass 0 (the call) and 67 (same correlation id)
     (rows,) = sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass IN (0, 1)")
@@ -126,7 +120,7 @@ def test_kernels_are_attributed_to_the_range_around_their_launch_call(export):
 
 
 def test_each_saxpy_range_holds_the_one_kernel_it_launched():
-    report = analyze(load_trace(_need(OLD)))
+    report = analyze(load_trace(OLD))
     (saxpy,) = [f for f in report.by_name if f.key == "saxpy"]
     assert (saxpy.count, saxpy.kernels) == (5, 5)
     assert report.notes == ["no decode_step[...] or replay[...] ranges: whole-trace figures only"]
