@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,9 @@ class Generation:
     mode: str
     tokens: torch.Tensor  # [B, 1 + steps] on the CPU: prefill's token, then one per decode step
     step_ms: list[float]  # the timed steps, after warmup
+    # CPU wall time spent issuing each timed step, with no sync: on CUDA what the host pays to
+    # launch the step's work; on the CPU, where ops run as they are issued, the step itself
+    host_ms: list[float] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)  # per step [B, V] fp32, CPU
     launches: StepLaunches | None = None  # counted on the first (untimed) step
     prepare: PrepareReport = field(default_factory=PrepareReport)
@@ -40,11 +44,15 @@ def random_prompt(batch: int, length: int, vocab_size: int, seed: int) -> torch.
 
 
 def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
-           keep_logits: bool = True) -> Generation:
+           keep_logits: bool = True, start: int | None = None) -> Generation:
     """Prefill `prompt` [B, T] eagerly, then `steps` greedy decode steps through `backend`.
 
     The first `warmup` steps (at least one) run and generate tokens like the others but are
     not timed; the first of them also counts the step's kernels or ops.
+
+    `start` is the position of the first decode step (default T). A later start leaves cache
+    slots T..start-1 as they are, so each step attends over `start` or more cached tokens
+    without paying for a prefill that long: a step's cost depends on shapes, not on values.
     """
     model = backend.model
     device = model.lm_head.weight.device
@@ -52,9 +60,12 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     batch, length = prompt.shape
     with torch.inference_mode():
         with nvtx_range("prefill"):
-            token = greedy(model.prefill(prompt)[:, -1])
-        positions = torch.full((batch,), length, dtype=torch.long, device=device)
-        generated, kept = [token], []
+            token = greedy(backend.prefill(prompt)[:, -1])
+        if start is not None and start < length:
+            raise ValueError(f"start {start} is before the end of the prompt ({length} tokens)")
+        positions = torch.full((batch,), length if start is None else start, dtype=torch.long,
+                               device=device)
+        generated, kept, host_ms = [token], [], []
         keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
         timer = StepTimer(device)
         for i in range(steps):
@@ -65,7 +76,9 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
                 logits = backend.step(token, positions)
             else:
                 with timer.step():
+                    issued = time.perf_counter()
                     logits = backend.step(token, positions)
+                    host_ms.append((time.perf_counter() - issued) * 1e3)
             if i < keep_steps:
                 kept.append(logits.to(torch.float32, copy=True))  # a graph overwrites its output
             token = greedy(logits)
@@ -73,4 +86,4 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
             generated.append(token)
         step_ms = timer.samples_ms()  # synchronizes on CUDA
         tokens = torch.cat(generated, dim=1).cpu()
-    return Generation(backend.name, tokens, step_ms, [t.cpu() for t in kept], launches)
+    return Generation(backend.name, tokens, step_ms, host_ms, [t.cpu() for t in kept], launches)

@@ -35,6 +35,10 @@ class Backend(ABC):
         """Capture or compile for batches up to `max_batch`; called once, before prefill."""
         return PrepareReport()
 
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        """prompt [B, T] -> logits [B, T, V], eagerly, filling the cache slots 0..T-1."""
+        return self.model.prefill(prompt)
+
     @abstractmethod
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """tokens [B, 1], positions [B] -> logits [B, V], writing the KV cache in place."""
