@@ -82,10 +82,15 @@ def run(json_path: str | None, **options) -> None:
 
 
 @main.command()
-def info() -> None:
+@click.option("--measure", is_flag=True, help="Also measure copy bandwidth and matmul FLOP/s "
+              "here (a few seconds) and name the device's datasheet peaks.")
+def info(measure: bool) -> None:
     """Versions, the device, and whether Nsight Systems is on PATH."""
     device = runner.resolve_device("auto")
     facts = hardware.describe(device)
+    if measure:
+        facts.update(hardware.measured_facts(
+            hardware.measure(device, runner.resolve_dtype("auto", device))))
     click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
 
 

@@ -1,0 +1,108 @@
+"""The roofline's byte and FLOP counts against the model itself, and the device ceilings."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from graphrt import hardware
+from graphrt.bench.roofline import Ceilings, StepCost, ceilings, roofline, step_cost
+from graphrt.config import PRESETS
+from graphrt.weights import build_model
+
+CPU = torch.device("cpu")
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("rows, seq_len", [(1, 24), (3, 40)])
+def test_bytes_and_flops_match_the_built_model(tiny_config, dtype, rows, seq_len):
+    model = build_model(tiny_config, CPU, dtype)
+    model.setup_cache(4, seq_len)  # more rows than the step computes: only `rows` are read
+    cost = step_cost(tiny_config, rows, seq_len, dtype.itemsize)
+
+    table, head = model.model.embed_tokens.weight, model.lm_head.weight
+    rest = sum(nbytes(p) for p in model.parameters() if p is not table and p is not head)
+    lookup = nbytes(table[:rows])  # the embedding reads one row per sequence
+    assert cost.weight_bytes == rest + nbytes(head) + lookup  # a tied matrix: read once, by lm_head
+    caches = [layer.self_attn.cache for layer in model.model.layers]
+    assert cost.kv_read_bytes == sum(nbytes(c.k[:rows]) + nbytes(c.v[:rows]) for c in caches)
+    assert cost.kv_write_bytes == sum(nbytes(c.k[:rows, :, 0]) + nbytes(c.v[:rows, :, 0]) for c in caches)
+
+    counter = FlopCounterMode(display=False)
+    with counter, torch.inference_mode():
+        model.decode_step(torch.zeros(rows, 1, dtype=torch.long), torch.full((rows,), 5))
+    assert cost.flops == counter.get_total_flops()
+    assert cost.lm_head_flops == sum(counter.get_flop_counts()["Qwen2ForCausalLM.lm_head"].values())
+
+
+def test_the_static_cache_is_read_in_full_whatever_the_position():
+    config = PRESETS["qwen2-0.5b"]
+    short, long = step_cost(config, 1, 128, 2), step_cost(config, 1, 8192, 2)
+    assert long.kv_read_bytes == 64 * short.kv_read_bytes
+    assert long.weight_bytes == short.weight_bytes
+    # 0.5B: about 494M parameters in bf16, about 1 GB a step; at batch 1 about 1 FLOP per byte
+    assert 0.98e9 < short.weight_bytes < 1.0e9
+    assert 0.9 < short.intensity < 1.1
+
+
+def test_a_step_at_the_bandwidth_limit_is_memory_bound_at_full_share():
+    cost = StepCost(weight_bytes=10**9, kv_read_bytes=0, kv_write_bytes=0,
+                    linear_flops=10**9, attention_flops=0, lm_head_flops=0)
+    limits = Ceilings(bandwidth=1e12, flops=1e14, bandwidth_source="x", flops_source="y")
+    r = roofline(cost, step_seconds=1e-3, limits=limits)
+    assert (r.intensity, r.ridge, r.bound) == (1.0, 100.0, "memory")
+    assert r.bandwidth_share == pytest.approx(1.0) and r.flops_share == pytest.approx(0.01)
+    busy = replace(cost, linear_flops=10**12)  # 1000 FLOP/byte, past the ridge
+    assert roofline(busy, 1e-2, limits).bound == "compute"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
+    ("NVIDIA A100-SXM4-40GB", None),
+    ("NVIDIA A100 80GB PCIe", None),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", None),
+    ("NVIDIA H100 NVL", None),
+    ("NVIDIA H200", "H200 SXM"),
+    ("NVIDIA H200 NVL", None),
+    ("NVIDIA GH200 480GB", None),
+    ("NVIDIA B200", "B200 (HGX)"),
+    ("NVIDIA GB200", None),
+])
+def test_peak_table_matches_only_the_boards_it_describes(name, expected):
+    peak = hardware.peak_for(name)
+    assert (peak and peak.name) == expected
+
+
+def test_ceilings_prefer_the_datasheet_and_fall_back_to_what_was_measured():
+    h200 = hardware.peak_for("NVIDIA H200")
+    measured = {"copy_bandwidth": 4.0e12, "matmul_flops": 7.0e14, "matmul_dtype": "bfloat16",
+                "peak": {"name": h200.name, "bandwidth": h200.bandwidth,
+                         "bf16_flops": h200.bf16_flops, "source": h200.source}}
+    bf16 = ceilings(torch.bfloat16, measured)
+    assert (bf16.bandwidth, bf16.flops) == (4.8e12, 989.5e12)
+    assert bf16.ridge == pytest.approx(206.1, abs=0.1)
+    fp32 = ceilings(torch.float32, {**measured, "matmul_dtype": "float32"})
+    assert (fp32.bandwidth, fp32.flops, fp32.flops_source) == (4.8e12, 7.0e14, "measured float32 matmul")
+    cpu = ceilings(torch.float32, {**measured, "peak": None})
+    assert (cpu.bandwidth, cpu.bandwidth_source) == (4.0e12, "measured copy")
+
+
+def test_measured_copy_bandwidth_and_matmul_throughput_are_plausible_on_this_cpu():
+    copy = hardware.measure_copy_bandwidth(CPU, nbytes=16 << 20, repeats=3)
+    flops = hardware.measure_matmul_flops(CPU, torch.float32, n=256, repeats=3)
+    assert 1e8 < copy < 1e13 and 1e8 < flops < 1e14
+
+
+def test_info_measure_adds_the_measured_rows(cli):
+    result = cli("info", "--measure")
+    assert result.exit_code == 0, result.output
+    rows = {line.split("  ")[0]: line for line in result.stdout.splitlines()}
+    assert "B/s (read + written, median)" in rows["copy bandwidth"]
+    assert "FLOP/s (float32, median)" in rows["matmul"]
+    assert rows["datasheet peak"].split()[-1] == "-"  # no table entry for a CPU
