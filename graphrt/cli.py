@@ -97,3 +97,7 @@ def info(measure: bool) -> None:
 from graphrt.trace.commands import analyze  # noqa: E402  (commands add themselves at the end)
 
 main.add_command(analyze)
+
+from graphrt.bench.command import bench  # noqa: E402
+
+main.add_command(bench)
