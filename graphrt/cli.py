@@ -101,3 +101,7 @@ main.add_command(analyze)
 from graphrt.bench.command import bench  # noqa: E402
 
 main.add_command(bench)
+
+from graphrt.trace.commands import trace  # noqa: E402
+
+main.add_command(trace)

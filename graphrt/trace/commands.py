@@ -36,3 +36,82 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int) -> None:
         write_json(json_path, {"traces": [report_dict(r) for r in reports],
                                "comparisons": [comparison_dict(c) for c in comparisons]})
         click.echo(f"wrote {json_path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# graphrt trace
+
+from pathlib import Path  # noqa: E402
+
+from tabulate import tabulate  # noqa: E402
+
+from graphrt.backends.graph import parse_buckets  # noqa: E402
+from graphrt.config import PRESETS  # noqa: E402
+from graphrt.runner import RunSpec  # noqa: E402
+from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces  # noqa: E402
+
+TRACE_MODES = ("eager", "graph", "both")
+OVERHEAD_STEPS = 120  # --overhead without a value
+# how to look at each kind of file `graphrt trace` writes
+OPEN_WITH = {
+    "report": "open in the Nsight Systems GUI (File > Open)",
+    "sqlite": "graphrt analyze {path}",
+    "chrome": "open at https://ui.perfetto.dev, or graphrt analyze {path}",
+}
+
+
+def _listing(made: MadeTraces) -> str:
+    """The files written, one a line, each with how to look at it."""
+    rows = [(name, OPEN_WITH[what].format(path=made.path / name))
+            for files in made.files.values() for what, name in files.items()]
+    rows.append(("summary.json", "what was recorded: spec, machine, versions, ops per step"))
+    return "\n".join(f"  {line}" for line in tabulate(rows, tablefmt="plain").splitlines())
+
+
+@click.command()
+@click.option("--mode", type=click.Choice(TRACE_MODES), default="both", show_default=True,
+              help="both: eager and graph, as two traces, then set side by side.")
+@click.option("--profiler", type=click.Choice(PROFILERS), default="auto", show_default=True,
+              help="auto: Nsight Systems when nsys is on PATH, else torch.profiler.")
+@click.option("--model", default=RunSpec.model, show_default=True,
+              help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory.")
+@click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda.")
+@click.option("--dtype", default=RunSpec.dtype, show_default=True,
+              help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16.")
+@click.option("--batch", type=int, default=RunSpec.batch, show_default=True)
+@click.option("--prompt-len", type=int, default=RunSpec.prompt_len, show_default=True)
+@click.option("--steps", type=int, default=8, show_default=True,
+              help="Decode steps, the warmup included; the rest are recorded.")
+@click.option("--warmup", type=int, help="Leading decode steps that run before the recording "
+              "[default: a quarter of the steps, 1 to 4].")
+@click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
+              help="Seeds the prompt and, for presets, the random weights.")
+@click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
+              help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch].")
+@click.option("--out", default="traces", show_default=True, type=click.Path(file_okay=False),
+              help="Where the trace directory is made.")
+@click.option("--overhead", type=click.IntRange(min=0), is_flag=False, flag_value=OVERHEAD_STEPS,
+              default=0, help=f"Also measure what the NVTX ranges cost an eager step: N steps "
+              f"with them, N without, no profiler attached [N: {OVERHEAD_STEPS}].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Seconds each nsys run may take before it is killed.")
+def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> None:
+    """Record the decode steps after warmup under Nsight Systems or torch.profiler into a new
+    directory traces/<time>-<model>-<mode>/: the report and its SQLite export, or a Chrome-trace
+    JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
+    side by side."""
+    spec = RunSpec(**options)
+    made = make_traces(spec, profiler, Path(out), overhead_steps=overhead, timeout_s=timeout,
+                       say=lambda line: click.echo(line, err=True))
+    if made.path != made.wanted:
+        click.echo(f"note: {made.wanted} already exists; wrote {made.path.name} beside it", err=True)
+    click.echo(f"wrote {made.path}/")
+    click.echo(_listing(made))
+    if made.overhead:
+        click.echo(made.overhead.describe())
+    if len(made.files) > 1:
+        reports = [analyze_trace(load_trace(made.analysis_file(mode))) for mode in made.files]
+        for comparison in compare_steps(reports):
+            click.echo()
+            click.echo(format_comparison(comparison))
+        click.echo(f"\nevery figure: graphrt analyze {' '.join(str(made.analysis_file(m)) for m in made.files)}")

@@ -1,0 +1,137 @@
+"""Record decode steps in this process: warm up outside the recording, then record the steps.
+
+    config, model, device, _ = runner.load(spec)
+    recorded = record_modes(spec, config, model, window=lambda mode: torch_window(device, path))
+
+For each mode of the spec: capture (graph mode), prefill and the warmup steps run first, none of
+it recorded; then `window(mode)` is entered, the remaining decode steps run, and it is left. The
+window is what a profiler records:
+
+- `nsys_window`: an NVTX range `record` around the steps (Nsight Systems starts recording when
+  it opens, on a machine without CUDA) and, on CUDA, cudaProfilerStart/Stop around that (what
+  nsys waits for there). The process is started by `nsys profile` (see graphrt.trace.session).
+- `torch_window`: torch.profiler around the steps, with every graphrt NVTX range mirrored as a
+  `record_function` range of the same name, so the Chrome trace holds the ranges an Nsight
+  Systems timeline would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from graphrt import nvtx
+from graphrt.backends import Backend
+from graphrt.backends.factory import expand_modes, make_backend
+from graphrt.config import ModelConfig
+from graphrt.engine import decode, random_prompt
+from graphrt.errors import GraphrtError
+from graphrt.model import Qwen2ForCausalLM, greedy
+from graphrt.runner import RunSpec
+
+RECORD_RANGE = "record"  # graphrt.trace.nsys_profile.CAPTURE_RANGE names it too
+
+Window = Callable[[str], contextlib.AbstractContextManager]
+
+
+@dataclass
+class RecordedMode:
+    """What one mode did; the recorded steps themselves are in the profiler's file."""
+
+    mode: str
+    warmup_steps: int  # decode steps run before the recording (prefill comes before them)
+    recorded_steps: int
+    ops_per_step: int | None  # StepLaunches.ops of the first warmup step, as `graphrt run` counts
+    kernel_launches: int | None = None  # CUDA only: launch calls of that step
+    graph_launches: int | None = None
+    prepare_s: float = 0.0  # graph capture time
+    notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def nsys_window(device: torch.device) -> Iterator[None]:
+    """What `nsys profile` records (see graphrt.trace.nsys_profile.profile_command).
+
+    On CUDA the GPU is drained on both sides, so no warmup kernel runs inside the capture and
+    every recorded step's kernels finish before cudaProfilerStop ends it.
+    """
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.profiler.start()
+    try:
+        with nvtx.nvtx_range(RECORD_RANGE):
+            yield
+            if cuda:
+                torch.cuda.synchronize(device)
+    finally:
+        if cuda:
+            torch.cuda.profiler.stop()
+
+
+class _RecordFunctionSink:
+    """Takes the events `graphrt.nvtx.record_to` appends and opens a torch.profiler
+    `record_function` range on each ("push", name), closing the innermost on each pop."""
+
+    def __init__(self) -> None:
+        self._open: list[torch.profiler.record_function] = []
+
+    def append(self, event: tuple[str, str]) -> None:
+        kind, name = event
+        if kind == "push":
+            annotation = torch.profiler.record_function(name)
+            annotation.__enter__()
+            self._open.append(annotation)
+        elif self._open:
+            self._open.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def torch_window(device: torch.device, path: Path) -> Iterator[None]:
+    """torch.profiler (CPU, and CUDA on a CUDA device) around the block; its Chrome trace is
+    written to `path` when the block ends."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        with nvtx.record_to(_RecordFunctionSink()), nvtx.nvtx_range(RECORD_RANGE):  # type: ignore[arg-type]
+            yield
+    prof.export_chrome_trace(str(path))
+
+
+def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
+                window: contextlib.AbstractContextManager) -> RecordedMode:
+    prepared = backend.prepare(spec.batch)
+    # prefill and the warmup steps; the first warmup step also counts the step's ops
+    warm = decode(backend, prompt, steps=spec.warmup, warmup=spec.warmup, keep_logits=False)
+    device = backend.model.lm_head.weight.device
+    token = warm.tokens[:, -1:].to(device)  # [B, 1]
+    positions = torch.full((spec.batch,), spec.prompt_len + spec.warmup, dtype=torch.long,
+                           device=device)
+    recorded = spec.steps - spec.warmup
+    with torch.inference_mode(), window:
+        for _ in range(recorded):
+            token = greedy(backend.step(token, positions))
+            positions += 1
+    launches = warm.launches
+    return RecordedMode(backend.name, spec.warmup, recorded, launches.ops,
+                        launches.kernel_launches, launches.graph_launches,
+                        prepared.seconds, list(prepared.notes))
+
+
+def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
+                 window: Window) -> list[RecordedMode]:
+    """Each mode of `spec` on `model` (NVTX ranges on every module), its steps after the warmup
+    recorded inside `window(mode)`. GraphrtError up front if NVTX would record nothing."""
+    nvtx.set_enabled(True)
+    if warning := nvtx.check_recording():
+        raise GraphrtError(warning)
+    backends = [make_backend(m, model, spec.buckets) for m in expand_modes(spec.mode)]
+    model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
+    prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
+    with nvtx.attach(model):
+        return [_record_one(b, prompt, spec, window(b.name)) for b in backends]
