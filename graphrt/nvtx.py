@@ -1,7 +1,7 @@
 """NVTX ranges on every nn.Module and around the steps graphrt runs, in one domain: `graphrt`.
 
     handle = attach(model)                 # one range per module call, until handle.remove()
-    with nvtx_range("decode_step[eager]"):  # a named range: prefill, capture[bs=8], replay[bs=8], ...
+    with nvtx_range("replay[bs=8]"):       # a named range: prefill, decode_step[eager], copy_in...
         ...
     set_enabled(False)                     # --no-nvtx: attach() and nvtx_range() hand out no-ops
     warning = check_recording()            # a profiler is attached but nothing will be recorded?
@@ -12,10 +12,10 @@ Module ranges are named `<qualified name> (<class>)`, e.g. `model.layers.3.self_
 also picks the range's colour.
 
 Costs: every range's event attributes (registered string and colour) are built once, when the
-module is attached or the name is first used, so a push is one call into the NVTX library: about
-100 ns per push/pop pair with no profiler attached. The hooks themselves send each module call
-down torch's slower hooked path, which costs a few microseconds more per module; graphrt
-measures that overhead rather than assuming it.
+module is attached or the name is first used, so a push is one call into the NVTX library (about
+100 ns per push/pop pair with no profiler attached) and a hook adds one cheap check. Having hooks
+at all sends each module call down torch's slower hooked path, several microseconds more per
+module call: a tool overhead to measure and report (DESIGN.md, invariant 6), not to assume.
 
 Where the ranges appear: hooks are Python, so they fire when Python runs the module. Under CUDA
 graph capture they fire once, at capture; a replay runs no Python, so its kernels all fall inside
@@ -97,8 +97,9 @@ _names: dict[Any, str] = {}  # token -> range name, for record_to
 _enabled = True
 
 # Dynamo folds this function to True while it traces, which removes the hooks' bodies from a
-# compiled graph without a guard or a graph break (see _module_hooks).
-_is_compiling = torch.compiler.is_compiling
+# compiled graph without a guard or a graph break (see _module_hooks). Eagerly it is one frame
+# that returns False, a quarter of the cost of torch.compiler.is_compiling().
+_is_compiling = torch.compiler.is_dynamo_compiling
 
 
 def _token(name: str, color: int) -> Any:
@@ -136,13 +137,14 @@ def enabled() -> bool:
 
 
 def module_range_name(qualname: str, module: nn.Module) -> str:
-    """`model.layers.3.self_attn (Qwen2Attention)`; the root (qualname "") is `(Qwen2ForCausalLM)`."""
+    """`model.layers.3.self_attn (Qwen2Attention)`; for the root (qualname "") the class alone in
+    parentheses, `(Qwen2ForCausalLM)`, so every module range parses the same way."""
     cls = type(module).__name__
     return f"{qualname} ({cls})" if qualname else f"({cls})"
 
 
 def parse_range_name(name: str) -> tuple[str, str]:
-    """Reverse `module_range_name`: `"model.norm (Qwen2RMSNorm)"` -> `("model.norm", "Qwen2RMSNorm")`.
+    """Reverse `module_range_name`: `model.norm (Qwen2RMSNorm)` -> `("model.norm", "Qwen2RMSNorm")`.
 
     Raises ValueError for a name that no module range has (e.g. `prefill`).
     """
@@ -209,8 +211,8 @@ def _module_hooks(token: Any) -> tuple[Callable[..., None], Callable[..., None]]
     library would be an unsupported call, and `torch.compiler.disable` on the hooks is refused
     too under fullgraph ("Skip calling torch.compiler.disable()d function", torch 2.13). So each
     hook first asks `_is_compiling()`: dynamo folds that to True, the body vanishes from the
-    graph, and no guard is added (compiled code does not recompile). In eager code it is one
-    cheap call returning False.
+    graph, and no guard is added (compiled code does not recompile). Reading a flag instead
+    would not do: dynamo guards on its value and recompiles on every call.
     """
 
     def open_range(module: nn.Module, args: tuple) -> None:
@@ -244,9 +246,11 @@ def attach(model: nn.Module) -> NvtxHooks:
         if any(getattr(h, "graphrt_nvtx", False) for h in module._forward_pre_hooks.values()):
             for handle in handles:
                 handle.remove()
-            raise ValueError(f"graphrt NVTX hooks are already attached to {qualname or 'the model'}")
+            raise ValueError(f"graphrt NVTX hooks are already attached to "
+                             f"{qualname or 'the model'}")
         name = module_range_name(qualname, module)
-        open_range, close_range = _module_hooks(_token(name, KIND_COLORS[kind_of(qualname, module)]))
+        color = KIND_COLORS[kind_of(qualname, module)]
+        open_range, close_range = _module_hooks(_token(name, color))
         handles.append(module.register_forward_pre_hook(open_range, prepend=True))
         handles.append(module.register_forward_hook(close_range, always_call=True))
         names.append(name)

@@ -156,11 +156,15 @@ def test_a_module_that_raises_still_closes_its_range_and_its_callers():
 def test_the_range_wraps_the_hooks_registered_before_attach():
     model = Leaf()
     seen: list[tuple[str, int]] = []  # (hook, events recorded when it ran)
-    model.register_forward_pre_hook(lambda m, a: seen.append(("pre, before attach", len(events))))
-    model.register_forward_hook(lambda m, a, o: seen.append(("post, before attach", len(events))))
+
+    def note(hook):
+        return lambda *args: seen.append((hook, len(events)))
+
+    model.register_forward_pre_hook(note("pre, before attach"))
+    model.register_forward_hook(note("post, before attach"))
     with gn.attach(model), gn.record_to([]) as events:
-        model.register_forward_pre_hook(lambda m, a: seen.append(("pre, after attach", len(events))))
-        model.register_forward_hook(lambda m, a, o: seen.append(("post, after attach", len(events))))
+        model.register_forward_pre_hook(note("pre, after attach"))
+        model.register_forward_hook(note("post, after attach"))
         model(torch.ones(1))
     # the pre-hook is prepended, so every pre-hook runs inside the range; the closing hook runs
     # after the forward hooks that were there before it and before those added later
@@ -178,7 +182,8 @@ HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_
 
 
 def hook_state(model: nn.Module) -> dict[str, list]:
-    return {f"{q}.{d}": list(getattr(m, d).items()) for q, m in model.named_modules() for d in HOOK_DICTS}
+    return {f"{q}.{d}": list(getattr(m, d).items())
+            for q, m in model.named_modules() for d in HOOK_DICTS}
 
 
 def test_remove_restores_every_hook_dict_and_the_outputs(tiny):
