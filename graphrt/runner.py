@@ -8,7 +8,7 @@ import torch
 
 from graphrt import hardware, nvtx
 from graphrt.backends import Backend
-from graphrt.backends.factory import MODES, expand_modes, make_backend
+from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, decode, random_prompt
 from graphrt.errors import GraphrtError

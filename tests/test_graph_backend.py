@@ -4,7 +4,6 @@ On a machine without CUDA the graph backend captures TapeGraphs, which follow th
 as CUDA graphs; the CUDA tests at the end run the same checks with real CUDA graphs.
 """
 
-from dataclasses import replace
 
 import pytest
 import torch

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch import nn
 
 from graphrt import nvtx as gn
 from graphrt.config import PRESETS
+from graphrt.trace.nsys_profile import run_bounded
 from graphrt.weights import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -460,14 +460,15 @@ def test_nsys_records_every_range_nested_and_coloured(tmp_path):
     script = tmp_path / "ranges.py"
     script.write_text(NSYS_SCRIPT)
     report = tmp_path / "ranges"
-    run = subprocess.run(["nsys", "profile", "-t", "nvtx", "-o", str(report), "-f", "true",
-                          sys.executable, str(script)],
-                         env={**os.environ, "PYTHONPATH": str(REPO)},
-                         capture_output=True, text=True, timeout=300)
+    # sampling and context-switch tracing off: without a GPU, nsys 2022.4's agent never ends
+    # otherwise; run_bounded kills whatever nsys leaves behind if it overruns
+    run = run_bounded(["nsys", "profile", "-t", "nvtx", "-s", "none", "--cpuctxsw=none",
+                       "-o", str(report), "-f", "true", sys.executable, str(script)],
+                      timeout_s=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "warning: None attached: True" in run.stdout, run.stdout + run.stderr
-    subprocess.run(["nsys", "export", "--type", "sqlite", "-f", "true", "-o",
-                    f"{report}.sqlite", f"{report}.nsys-rep"],
-                   check=True, capture_output=True, timeout=300)
+    export = run_bounded(["nsys", "export", "--type", "sqlite", "-f", "true", "-o",
+                          f"{report}.sqlite", f"{report}.nsys-rep"], timeout_s=300)
+    assert export.returncode == 0, export.stderr
     with sqlite3.connect(f"{report}.sqlite") as db:
         domain_id = db.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 "
                                "AND text = ?", (gn.DOMAIN_NAME,)).fetchone()[0]
