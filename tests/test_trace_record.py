@@ -28,7 +28,7 @@ from graphrt.runner import RunSpec
 from graphrt.trace import Range, Trace, load_trace
 from graphrt.trace.analyze import analyze
 from graphrt.trace.nsys_profile import run_bounded
-from graphrt.trace.session import publish
+from graphrt.trace.session import choose_profiler, publish
 
 # tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
 TINY = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")
@@ -235,6 +235,16 @@ def test_a_taken_name_gets_a_suffix_and_existing_traces_stay(tmp_path):
     assert publish(scratch, wanted) == tmp_path / f"{wanted.name}-3"
     assert (wanted / "eager.json").read_text() == "mine"
     assert (tmp_path / f"{wanted.name}-3" / "summary.json").is_file() and not scratch.exists()
+
+
+def test_auto_takes_nsys_only_where_it_is_on_path(tmp_path, monkeypatch):
+    nsys = tmp_path / "nsys"
+    nsys.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert choose_profiler("auto") == "torch"
+    nsys.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert choose_profiler("auto") == "nsys"
 
 
 def test_nsys_asked_for_but_not_on_path(tmp_path, monkeypatch):

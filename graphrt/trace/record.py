@@ -127,11 +127,14 @@ def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
                  window: Window) -> list[RecordedMode]:
     """Each mode of `spec` on `model` (NVTX ranges on every module), its steps after the warmup
     recorded inside `window(mode)`. GraphrtError up front if NVTX would record nothing."""
-    nvtx.set_enabled(True)
     if warning := nvtx.check_recording():
         raise GraphrtError(warning)
     backends = [make_backend(m, model, spec.buckets) for m in expand_modes(spec.mode)]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
-    with nvtx.attach(model):
-        return [_record_one(b, prompt, spec, window(b.name)) for b in backends]
+    previous = nvtx.set_enabled(True)
+    try:
+        with nvtx.attach(model):
+            return [_record_one(b, prompt, spec, window(b.name)) for b in backends]
+    finally:
+        nvtx.set_enabled(previous)
