@@ -9,12 +9,13 @@ from tabulate import tabulate
 
 from graphrt import __version__, hardware, report, runner
 from graphrt.backends.factory import GROUPS, MODES
-from graphrt.backends.graph import parse_buckets
-from graphrt.config import PRESETS
+from graphrt.bench.command import bench
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
+from graphrt.options import decode_options
 from graphrt.runner import RunSpec
+from graphrt.trace.commands import analyze, trace
 
 MODE_CHOICES = (*MODES, *GROUPS)
 
@@ -41,24 +42,11 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--model", default=RunSpec.model, show_default=True,
-              help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory.")
-@click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda.")
-@click.option("--dtype", default=RunSpec.dtype, show_default=True,
-              help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16.")
-@click.option("--batch", type=int, default=RunSpec.batch, show_default=True)
-@click.option("--prompt-len", type=int, default=RunSpec.prompt_len, show_default=True)
-@click.option("--steps", type=int, default=RunSpec.steps, show_default=True,
-              help="Decode steps; each generates one token per sequence.")
-@click.option("--warmup", type=int, help="Leading decode steps that run but are not timed "
-              "[default: a quarter of the steps, 1 to 4].")
+@decode_options(steps=RunSpec.steps, steps_help="Decode steps; each generates one token per sequence.",
+                warmup_help="Leading decode steps that run but are not timed")
 @click.option("--max-seq-len", type=int, default=RunSpec.max_seq_len,
               help="KV-cache length [default: prompt-len + steps].")
-@click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
-              help="Seeds the prompt and, for presets, the random weights.")
 @click.option("--mode", default=RunSpec.mode, show_default=True, help=f"One of {', '.join(MODE_CHOICES)}.")
-@click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
-              help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch].")
 @click.option("--nvtx/--no-nvtx", default=True, show_default=True,
               help="An NVTX range around every module call and every step.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -94,14 +82,5 @@ def info(measure: bool) -> None:
     click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
 
 
-from graphrt.trace.commands import analyze  # noqa: E402  (commands add themselves at the end)
-
-main.add_command(analyze)
-
-from graphrt.bench.command import bench  # noqa: E402
-
-main.add_command(bench)
-
-from graphrt.trace.commands import trace  # noqa: E402
-
-main.add_command(trace)
+for command in (analyze, trace, bench):
+    main.add_command(command)

@@ -1,13 +1,20 @@
-"""`graphrt analyze`: read traces back and print what the decode steps launched."""
+"""`graphrt analyze` reads traces back and prints what the decode steps launched;
+`graphrt trace` records them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+from tabulate import tabulate
 
 from graphrt.io import check_writable, write_json
+from graphrt.options import decode_options
+from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import (analyze as analyze_trace, compare_steps, comparison_dict,
                                    format_comparison, format_report, report_dict)
+from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
 
 
 @click.command()
@@ -41,15 +48,6 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # graphrt trace
 
-from pathlib import Path  # noqa: E402
-
-from tabulate import tabulate  # noqa: E402
-
-from graphrt.backends.graph import parse_buckets  # noqa: E402
-from graphrt.config import PRESETS  # noqa: E402
-from graphrt.runner import RunSpec  # noqa: E402
-from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces  # noqa: E402
-
 TRACE_MODES = ("eager", "graph", "both")
 OVERHEAD_STEPS = 120  # --overhead without a value
 # how to look at each kind of file `graphrt trace` writes
@@ -73,21 +71,8 @@ def _listing(made: MadeTraces) -> str:
               help="both: eager and graph, as two traces, then set side by side.")
 @click.option("--profiler", type=click.Choice(PROFILERS), default="auto", show_default=True,
               help="auto: Nsight Systems when nsys is on PATH, else torch.profiler.")
-@click.option("--model", default=RunSpec.model, show_default=True,
-              help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory.")
-@click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda.")
-@click.option("--dtype", default=RunSpec.dtype, show_default=True,
-              help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16.")
-@click.option("--batch", type=int, default=RunSpec.batch, show_default=True)
-@click.option("--prompt-len", type=int, default=RunSpec.prompt_len, show_default=True)
-@click.option("--steps", type=int, default=8, show_default=True,
-              help="Decode steps, the warmup included; the rest are recorded.")
-@click.option("--warmup", type=int, help="Leading decode steps that run before the recording "
-              "[default: a quarter of the steps, 1 to 4].")
-@click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
-              help="Seeds the prompt and, for presets, the random weights.")
-@click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
-              help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch].")
+@decode_options(steps=8, steps_help="Decode steps, the warmup included; the rest are recorded.",
+                warmup_help="Leading decode steps that run before the recording")
 @click.option("--out", default="traces", show_default=True, type=click.Path(file_okay=False),
               help="Where the trace directory is made.")
 @click.option("--overhead", type=click.IntRange(min=0), is_flag=False, flag_value=OVERHEAD_STEPS,
