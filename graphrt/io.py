@@ -11,6 +11,12 @@ from typing import Any
 from graphrt.errors import GraphrtError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _temp_beside(path: Path) -> tuple[int, str]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,6 +37,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a result is as readable as any file
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)

@@ -23,16 +23,18 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.model import ApiCall, Kernel, Range, Trace, launch_index
+from graphrt.trace.nsys_profile import export_command, run_bounded
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # .qdrep: what releases before 2021.4 wrote
+
+EXPORT_TIMEOUT_S = 600  # a large report exports in tens of seconds; a hung nsys is killed
 
 NVTX_PUSH_POP = 59
 NVTX_START_END = 60
@@ -188,10 +190,8 @@ def _export(report: Path, out: Path) -> None:
             "to SQLite; install it (NVIDIA's installer, or scripts/install-nsys.sh on Debian) or "
             f"pass the SQLite export instead (nsys export --type sqlite -o {out.name} {report.name})")
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    cmd = [nsys, "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
-           "--output", str(tmp), str(report)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = run_bounded(export_command(nsys, report, tmp), timeout_s=EXPORT_TIMEOUT_S)
         if done.returncode != 0 or not tmp.is_file():
             said = (done.stderr or done.stdout).strip().splitlines()
             why = said[-1] if said else f"exit status {done.returncode}"
