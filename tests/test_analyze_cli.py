@@ -142,6 +142,22 @@ def test_two_traces_print_side_by_side_and_write_json(cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eager.json", "figures.json", "graph.json"]
 
 
+def test_a_trace_directory_stands_for_its_traces_eager_first(cli, tmp_path):
+    (tmp_path / "graph.json").write_text(json.dumps(_chrome_cuda_trace(graph=True)))
+    (tmp_path / "eager.json").write_text(json.dumps(_chrome_cuda_trace(graph=False)))
+    (tmp_path / "summary.json").write_text("{}")  # what graphrt trace writes beside them
+    result = cli("analyze", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "graph.json: replay[bs=1] against eager.json: decode_step[eager]" in result.stdout
+
+
+def test_a_directory_without_traces_is_named(cli, tmp_path):
+    result = cli("analyze", tmp_path)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {tmp_path}: a directory with no trace in it (expected " \
+        "*.sqlite or Chrome-trace *.json, as graphrt trace writes)"
+
+
 def test_an_nsys_export_prints_kernels_per_device(cli, tmp_path):
     db = tmp_path / "tiny.sqlite"
     with closing(sqlite3.connect(db)) as con:  # the few tables a kernel-only export has

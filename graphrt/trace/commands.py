@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
+from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.options import decode_options
 from graphrt.runner import RunSpec
@@ -17,8 +18,25 @@ from graphrt.trace.analyze import (analyze as analyze_trace, compare_steps, comp
 from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
 
 
+def _trace_files(paths: tuple[str, ...]) -> list[Path]:
+    """Files as given; a directory of `graphrt trace` stands for its SQLite exports, or else
+    its Chrome traces (eager before graph, as trace writes them)."""
+    files = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(path.glob("*.sqlite")) or sorted(
+            p for p in path.glob("*.json") if p.name != "summary.json")
+        if not found:
+            raise GraphrtError(f"{path}: a directory with no trace in it (expected *.sqlite or "
+                               "Chrome-trace *.json, as graphrt trace writes)")
+        files += found
+    return files
+
+
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write every figure (times in ns) here.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1),
@@ -26,11 +44,11 @@ from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make
 def analyze(paths: tuple[str, ...], json_path: str | None, top: int) -> None:
     """Per-step launches, launch CPU time and GPU idle time, and per-range totals, from Nsight
     Systems exports (.sqlite, or .nsys-rep with nsys on PATH) or torch.profiler Chrome traces
-    (.json). Given two traces, or one holding eager and replay steps, the second step group is
-    set against the first."""
+    (.json), or a directory `graphrt trace` made. Given two traces, or one holding eager and
+    replay steps, the second step group is set against the first."""
     if json_path:
         check_writable(json_path)
-    reports = [analyze_trace(load_trace(p)) for p in paths]
+    reports = [analyze_trace(load_trace(p)) for p in _trace_files(paths)]
     for i, report in enumerate(reports):
         if i:
             click.echo()
@@ -99,4 +117,4 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
         for comparison in compare_steps(reports):
             click.echo()
             click.echo(format_comparison(comparison))
-        click.echo(f"\nevery figure: graphrt analyze {' '.join(str(made.analysis_file(m)) for m in made.files)}")
+        click.echo(f"\nevery figure: graphrt analyze {made.path}")
