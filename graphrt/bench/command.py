@@ -79,6 +79,7 @@ def _sweep_with_progress(sweep: Sweep, json_path: Path) -> dict[str, Any]:
 @click.option("--compare", nargs=2, type=click.Path(dir_okay=False), metavar="A.json B.json",
               help="Print the change from A to B point by point, instead of running.")
 @click.option("--steps", type=click.IntRange(min=2), help="Timed steps per repeat, instead of the scenario's.")
+@click.option("--warmup", type=click.IntRange(min=1), help="Untimed steps before them, instead of the scenario's.")
 @click.option("--repeats", type=click.IntRange(min=1), help="Repeats per point, instead of the scenario's.")
 @click.option("--max-points", type=click.IntRange(min=1), help="Run only the first N points of the sweep.")
 def bench(scenario: str | None, out: str, compare: tuple[str, str] | None,

@@ -152,7 +152,10 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 
 def _g(value: float | None, spec: str = ".3g") -> str | None:
-    return None if value is None else format(value, spec)
+    """Three significant digits, but whole numbers from 100 up (3237, not 3.24e+03)."""
+    if value is None:
+        return None
+    return f"{value:.0f}" if spec == ".3g" and abs(value) >= 100 else format(value, spec)
 
 
 def _x(value: float | None) -> str | None:
