@@ -1,8 +1,10 @@
 """NVTX ranges: one per module call, nested like the calls, named and coloured by kind; detaching
-leaves the model as it was; the switch; compile-safety; telling when a profiler records nothing."""
+leaves the model as it was (and hooks are never used); the switch; compile-safety; telling when a
+profiler records nothing."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import sqlite3
@@ -18,6 +20,7 @@ from torch import nn
 
 from graphrt import nvtx as gn
 from graphrt.config import PRESETS
+from graphrt.graphs import capture
 from graphrt.trace.nsys_profile import run_bounded
 from graphrt.weights import build_model
 
@@ -112,7 +115,7 @@ def test_real_model_every_called_module_has_one_range_inside_its_callers(tiny):
     counters = [m.register_forward_hook(count(gn.module_range_name(q, m)))
                 for q, m in tiny.named_modules()]
     try:
-        with gn.attach(tiny) as hooks, gn.record_to([]) as events, torch.no_grad():
+        with gn.attach(tiny) as ranges, gn.record_to([]) as events, torch.no_grad():
             tiny.decode_step(*decode_inputs())
     finally:
         for c in counters:
@@ -125,7 +128,7 @@ def test_real_model_every_called_module_has_one_range_inside_its_callers(tiny):
     never_called = {"model (Qwen2Model)", "model.layers (ModuleList)",
                     "model.layers.0.self_attn.cache (KVCache)",
                     "model.layers.1.self_attn.cache (KVCache)"}
-    assert sorted(opened) == sorted(set(hooks.range_names) - never_called)
+    assert sorted(opened) == sorted(set(ranges.range_names) - never_called)
     # each range opens inside the range of a module that contains it
     stack: list[str] = []
     for kind, name in events:
@@ -153,7 +156,7 @@ def test_a_module_that_raises_still_closes_its_range_and_its_callers():
     ]
 
 
-def test_the_range_wraps_the_hooks_registered_before_attach():
+def test_the_range_covers_forward_and_the_modules_own_hooks_run_outside_it():
     model = Leaf()
     seen: list[tuple[str, int]] = []  # (hook, events recorded when it ran)
 
@@ -166,11 +169,17 @@ def test_the_range_wraps_the_hooks_registered_before_attach():
         model.register_forward_pre_hook(note("pre, after attach"))
         model.register_forward_hook(note("post, after attach"))
         model(torch.ones(1))
-    # the pre-hook is prepended, so every pre-hook runs inside the range; the closing hook runs
-    # after the forward hooks that were there before it and before those added later
-    assert seen == [("pre, before attach", 1), ("pre, after attach", 1),
-                    ("post, before attach", 1), ("post, after attach", 2)]
+    # the range wraps forward, which torch calls after every pre-hook and before every hook
+    assert seen == [("pre, before attach", 0), ("pre, after attach", 0),
+                    ("post, before attach", 2), ("post, after attach", 2)]
     assert events == [("push", "(Leaf)"), ("pop", "(Leaf)")]
+
+
+def test_a_wrapped_forward_keeps_the_name_and_signature_of_the_method():
+    model = nn.Linear(4, 4)
+    with gn.attach(model):
+        assert model.forward.__name__ == "forward"
+        assert inspect.signature(model.forward) == inspect.signature(nn.Linear(1, 1).forward)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,43 +195,93 @@ def hook_state(model: nn.Module) -> dict[str, list]:
             for q, m in model.named_modules() for d in HOOK_DICTS}
 
 
-def test_remove_restores_every_hook_dict_and_the_outputs(tiny):
+def instance_forwards(model: nn.Module) -> dict[str, object]:
+    """Each module's instance-level `forward` (None where calls reach the class's method)."""
+    return {q: vars(m).get("forward") for q, m in model.named_modules()}
+
+
+def test_remove_leaves_no_instance_forward_and_hooks_are_never_touched(tiny):
     user_hook = tiny.model.norm.register_forward_hook(lambda m, a, o: None)
     try:
-        before = hook_state(tiny)
+        hooks = hook_state(tiny)
+        assert set(instance_forwards(tiny).values()) == {None}
         with torch.no_grad():
             expected = tiny.decode_step(*decode_inputs())
             handle = gn.attach(tiny)
-            assert hook_state(tiny) != before
-            hooked = tiny.decode_step(*decode_inputs())
+            assert None not in instance_forwards(tiny).values()  # every module wrapped
+            assert hook_state(tiny) == hooks
+            wrapped = tiny.decode_step(*decode_inputs())
             handle.remove()
             after = tiny.decode_step(*decode_inputs())
-        assert hook_state(tiny) == before
-        assert torch.equal(hooked, expected) and torch.equal(after, expected)
+        assert set(instance_forwards(tiny).values()) == {None}
+        assert hook_state(tiny) == hooks
+        assert torch.equal(wrapped, expected) and torch.equal(after, expected)
         handle.remove()  # a second remove is harmless
-        assert hook_state(tiny) == before
+        assert set(instance_forwards(tiny).values()) == {None}
     finally:
         user_hook.remove()
 
 
 def test_leaving_the_with_block_detaches():
     model = Tree()
-    before = hook_state(model)
-    with gn.attach(model) as hooks:
-        assert len(hooks.range_names) == len(list(model.modules()))
-    assert hook_state(model) == before
+    with gn.attach(model) as ranges:
+        assert len(ranges.range_names) == len(list(model.modules()))
+    assert set(instance_forwards(model).values()) == {None}
     with gn.record_to([]) as events:
         model(torch.ones(2, 4))
     assert events == []
 
 
+def test_an_instance_forward_set_before_attach_runs_inside_the_range_and_comes_back():
+    model = Pair()
+    calls: list[int] = []  # events recorded when someone else's wrapper ran
+
+    def theirs(x):
+        calls.append(len(events))
+        return type(model).forward(model, x) * 10
+
+    model.forward = theirs
+    with gn.attach(model), gn.record_to([]) as events:
+        assert torch.equal(model(torch.zeros(1)), torch.full((1,), 20.0))
+    assert calls == [1]
+    assert pushes(events) == ["(Pair)", "first (Leaf)", "second (Leaf)"]
+    assert vars(model)["forward"] is theirs
+    assert instance_forwards(model) == {"": theirs, "first": None, "second": None}
+
+
+def test_an_instance_forward_set_after_attach_stays_on_remove():
+    model = Leaf()
+    with gn.attach(model):
+        ranged = model.forward
+        model.forward = lambda x: ranged(x) * 10  # theirs calls graphrt's wrapper
+    assert vars(model)["forward"] is not ranged
+    with gn.record_to([]) as events:
+        assert torch.equal(model(torch.zeros(1)), torch.full((1,), 10.0))
+    assert events == [("push", "(Leaf)"), ("pop", "(Leaf)")]
+
+
 def test_attaching_twice_is_refused_and_keeps_the_first_attachment():
     model = Tree()
     with gn.attach(model):
-        state = hook_state(model)
-        with pytest.raises(ValueError, match="already attached"):
+        state = instance_forwards(model)
+        with pytest.raises(ValueError, match="already attached to the model"):
             gn.attach(model)
-        assert hook_state(model) == state
+        assert instance_forwards(model) == state
+        with gn.record_to([]) as events:
+            model(torch.ones(2, 4))
+        assert len(events) == 12  # still one range per call
+    assert set(instance_forwards(model).values()) == {None}
+
+
+def test_a_refused_attach_undoes_the_modules_it_had_wrapped():
+    model = Tree()
+    with gn.attach(model.pair):
+        state = instance_forwards(model)  # pair and its leaves wrapped, the root not
+        # the root comes first in named_modules(): it is wrapped, then unwrapped at `pair`
+        with pytest.raises(ValueError, match="already attached to pair"):
+            gn.attach(model)
+        assert instance_forwards(model) == state
+    assert set(instance_forwards(model).values()) == {None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,19 +378,18 @@ def test_a_named_range_closes_when_its_block_raises():
 
 def test_switched_off_nothing_is_attached_or_recorded():
     model = Tree()
-    before = hook_state(model)
     assert gn.set_enabled(False) is True
     assert gn.enabled() is False
     with gn.record_to([]) as events:
-        with gn.attach(model) as hooks, gn.nvtx_range("prefill"):
+        with gn.attach(model) as ranges, gn.nvtx_range("prefill"):
             model(torch.ones(2, 4))
-        assert hooks.range_names == []
-        assert hook_state(model) == before
+            assert set(instance_forwards(model).values()) == {None}
+        assert ranges.range_names == []
     assert events == []
     assert gn.set_enabled(True) is False
 
 
-def test_hooks_attached_before_switching_off_stay_until_removed():
+def test_ranges_attached_before_switching_off_stay_until_removed():
     model = Leaf()
     with gn.attach(model):
         gn.set_enabled(False)
@@ -350,7 +408,7 @@ def test_recorders_nest_and_leave_the_library_calls_in_place():
     assert inner == [("push", "copy_in"), ("pop", "copy_in")]
     assert pushes(outer) == ["copy_in", "prefill"]
     if not gn.domain_is_dummy():
-        # without a recorder, hooks and ranges call the NVTX library directly
+        # without a recorder, module wrappers and ranges call the NVTX library directly
         assert gn._push is nvtx_lib.push_range and gn._pop is nvtx_lib.pop_range
 
 
@@ -358,11 +416,25 @@ def test_recorders_nest_and_leave_the_library_calls_in_place():
 # torch.compile
 
 
-def test_hooks_trace_away_under_fullgraph_compile_without_recompiling():
-    torch._dynamo.reset()
+def compile_stats() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
+    return {"graphs": counters["stats"]["unique_graphs"],
+            "graph breaks": sum(counters["graph_break"].values())}
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches and counters emptied before and after the test."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
     counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def test_ranges_trace_away_under_fullgraph_compile_without_recompiling(fresh_dynamo):
     model, x = Tree(), torch.ones(2, 4)
     expected = model(x)
     with gn.attach(model), gn.record_to([]) as events:
@@ -371,8 +443,38 @@ def test_hooks_trace_away_under_fullgraph_compile_without_recompiling():
             assert torch.equal(compiled(x), expected)
         assert events == []  # the compiled graph holds no ranges
         model(x)  # the eager model keeps its ranges
-    assert counters["stats"]["unique_graphs"] == 1
+    assert compile_stats() == {"graphs": 1, "graph breaks": 0}
     assert pushes(events)[0] == "(Tree)" and len(events) == 12
+
+
+def test_the_decode_step_compiles_to_one_graph_with_ranges_attached(tiny, fresh_dynamo):
+    with torch.no_grad():
+        expected = tiny.decode_step(*decode_inputs())
+        with gn.attach(tiny), gn.record_to([]) as events:
+            compiled = torch.compile(tiny.decode_step, fullgraph=True, backend="eager")
+            for _ in range(3):
+                assert torch.equal(compiled(*decode_inputs()), expected)
+    assert events == []
+    assert compile_stats() == {"graphs": 1, "graph breaks": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph capture
+
+
+def test_ranges_fire_at_capture_and_a_replay_runs_none(tiny):
+    tokens, positions = decode_inputs()
+    with torch.no_grad(), gn.attach(tiny):
+        with gn.record_to([]) as eager:
+            expected = tiny.decode_step(tokens, positions)
+        with gn.record_to([]) as events:
+            graph, out = capture(lambda: tiny.decode_step(tokens, positions), device="cpu",
+                                 warmup=0)  # a TapeGraph here, a CUDA graph on a GPU
+            at_capture = list(events)
+            graph.replay()
+    assert at_capture == eager  # capture ran the step's Python once: the same ranges
+    assert events == at_capture  # the replay ran no Python, so no range
+    assert torch.equal(out, expected)
 
 
 # ---------------------------------------------------------------------------------------------
