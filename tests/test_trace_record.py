@@ -202,7 +202,7 @@ def test_torch_both_records_two_traces_and_sets_them_side_by_side(torch_both):
     assert Counter(r.name for r in graph.ranges) == {
         "record": 1, "copy_in": RECORDED_STEPS, "replay[bs=1]": RECORDED_STEPS}
     assert "graph.json: replay[bs=1] against eager.json: decode_step[eager]" in output
-    assert f"graphrt analyze {made / 'eager.json'} {made / 'graph.json'}" in output
+    assert f"graphrt analyze {made}" in output
     summary = json.loads((made / "summary.json").read_text())
     assert summary["profiler"]["name"] == "torch.profiler"
     assert summary["modes"]["graph"]["files"] == {"chrome": "graph.json"}

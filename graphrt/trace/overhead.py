@@ -4,7 +4,7 @@
     overhead.describe()  # 'NVTX ranges on vs off: median eager step 31.20 ms vs 30.95 ms: +0.8% ...'
 
 "On" is what `graphrt run` does by default (a range around every module call and every step);
-"off" is `--no-nvtx` (no hooks, step ranges switched off). The two are measured in one process on
+"off" is `--no-nvtx` (no module ranges, step ranges switched off). The two are measured in one process on
 one model, interleaved in blocks of a few steps (on/off, then off/on, ...) so that drift in the
 machine's load falls on both alike, and compared by their medians.
 
@@ -76,7 +76,7 @@ def measure_nvtx_overhead(model: Qwen2ForCausalLM, batch: int, prompt_len: int, 
     """Time `steps` eager decode steps with graphrt's NVTX ranges on and as many with them off.
 
     Sets up the model's KV cache for `batch` x `prompt_len + 1` (replacing any cache it had).
-    Restores the NVTX switch as it was. ValueError if the model already carries graphrt's hooks.
+    Restores the NVTX switch as it was. ValueError if the model already carries graphrt's module ranges.
     """
     if steps < MIN_STEPS:
         raise ValueError(f"steps must be at least {MIN_STEPS}, got {steps}")
