@@ -73,6 +73,7 @@ STEP_COLORS: dict[str, int] = {
     "replay": 0xFF8C564B,
     "copy_in": 0xFFAEC7E8,
     "compile": 0xFFFFBB78,
+    "record": 0xFFDBDB8D,  # graphrt trace: the steps a profiler records, after warmup
 }
 _DEFAULT_STEP_COLOR = 0xFFC7C7C7
 

@@ -22,7 +22,7 @@ class RunSpec:
     dtype: str = "auto"
     batch: int = 1
     prompt_len: int = 16
-    steps: int = 16
+    steps: int = 32
     warmup: int | None = None  # None: a quarter of the steps, 1 to 4
     max_seq_len: int = 0  # 0: prompt_len + steps
     seed: int = 0

@@ -223,3 +223,11 @@ def test_a_report_without_nsys_on_path_says_how_to_get_it(cli, tmp_path, monkeyp
     assert result.exit_code == 1
     (line,) = result.stderr.strip().splitlines()
     assert "run.nsys-rep: reading a report needs the Nsight Systems CLI (nsys) on PATH" in line
+
+
+def test_graphrt_step_ranges_are_not_module_kinds():
+    from graphrt.trace.analyze import range_kind
+
+    for name in ("record", "prefill", "decode_step[eager]", "replay[bs=8]", "capture[bs=8]", "copy_in"):
+        assert range_kind(name) is None, name
+    assert range_kind("model.layers.3.mlp (Qwen2MLP)") == "mlp"
