@@ -93,13 +93,14 @@ class Qwen2Attention(nn.Module):
         v = self.v_proj(x).view(b, t, k_heads, d)
         keys, values = self.cache.update(positions, k, v)  # [B, K, S, D]
 
-        # GQA without copying K/V: group the query heads that share a KV head
-        q = q.view(b, t, k_heads, g, d).permute(0, 2, 3, 1, 4)  # [B, K, G, T, D]
-        scores = q @ keys.unsqueeze(2).transpose(-1, -2) * self.scale  # [B, K, G, T, S]
+        # GQA without copying K/V: the G query heads that share a KV head become G*T rows
+        # against it (broadcasting K/V over G instead would copy the whole cache every step)
+        q = q.view(b, t, k_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, k_heads, g * t, d)
+        scores = (q @ keys.transpose(-1, -2)).view(b, k_heads, g, t, -1) * self.scale  # [B, K, G, T, S]
         scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = probs @ values.unsqueeze(2)  # [B, K, G, T, D]
-        return self.o_proj(out.permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d))
+        out = probs.view(b, k_heads, g * t, -1) @ values  # [B, K, G*T, D]
+        return self.o_proj(out.view(b, k_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d))
 
 
 class Qwen2MLP(nn.Module):
