@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared check for a CUDA machine, under 5 minutes on an H100/H200:
 #   1. the CUDA-marked tests (CUDA Graph replay against eager, one pool across buckets),
-#   2. `graphrt run --mode all` for qwen2-0.5b in bfloat16 at batch 1 and 8.
+#   2. `graphrt run --mode all` for qwen2-0.5b in bfloat16 at batch 1 and 8,
+#   3. a torch.profiler trace of eager and graph steps, read back by `graphrt analyze`.
 # It uses the python that holds a CUDA build of torch (PYTHON, default python3) and graphrt
 # from this checkout. Results land in $RESULTS (default: results/).
 set -uo pipefail
@@ -34,5 +35,8 @@ for batch in 1 8; do
   timeout 60 "$py" -m graphrt run --model qwen2-0.5b --dtype bfloat16 --batch "$batch" \
     --mode all --steps 64 --prompt-len 128 --json "$results/gpu-check-b$batch.json" || status=1
 done
+echo "== graphrt trace --mode both --profiler torch (qwen2-0.5b, bfloat16, batch 1)"
+timeout 90 "$py" -m graphrt trace --model qwen2-0.5b --dtype bfloat16 --mode both \
+  --profiler torch --out "$results/traces" || status=1
 echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
