@@ -324,20 +324,34 @@ def _out_variant(func: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tu
 def _try_out_variant(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
     """The out arguments for re-running `func` through its out= overload into `out`, or None.
 
-    The overload is tried once right here, before anything else has seen `out` (it rewrites
-    the same values): a schema can exist without a kernel for this device, and that must
-    show now, not on the first replay.
+    The overload is tried once right here, before anything else has seen `out`: a schema can
+    exist without a kernel for this device, and that must show now, not on the first replay.
+    It must also rewrite the very same bits, or replay would not be eager's step: `linear.out`
+    with a bias, for one, takes another BLAS path than `linear` at some shapes (an 8x896 input
+    differs in the last bits). Where the bits differ, `out` is restored and None returned, so
+    the op replays functionally and copies its result in.
     """
     variant = _out_variant(func)
     if variant is None:
         return None
     out_func, out_names = variant
-    out_kwargs = dict(zip(out_names, (out,) if len(out_names) == 1 else tuple(out)))
+    targets = (out,) if len(out_names) == 1 else tuple(out)
+    before = [t.clone() for t in targets]
     try:
-        out_func(*args, **kwargs, **out_kwargs)
+        out_func(*args, **kwargs, **dict(zip(out_names, targets)))
     except RuntimeError:  # e.g. "could not run 'aten::...out' with arguments from the 'CPU' backend"
         return None
-    return out_kwargs
+    if not all(_same_bits(a, b) for a, b in zip(before, targets)):
+        for target, value in zip(targets, before):
+            target.copy_(value)
+        return None
+    return dict(zip(out_names, targets))
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaNs included), whatever the dtype."""
+    as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
 
 
 def _copy_back_one(func: Callable, args: tuple, kwargs: dict, target: torch.Tensor) -> Callable[[], None]:
