@@ -13,8 +13,8 @@ from graphrt.io import check_writable, write_json
 from graphrt.options import decode_options
 from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import (analyze as analyze_trace, compare_steps, comparison_dict,
-                                   format_comparison, format_report, report_dict)
+from graphrt.trace.analyze import analyze as analyze_trace, compare_steps
+from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
 
 
