@@ -1,0 +1,114 @@
+"""What a graph capture refuses: host syncs, data-dependent shapes, copies to the host,
+random ops (in a tape), and ops that move a captured tensor to new memory. Each refusal is a
+`GraphCaptureError` that names the op, the analogue of CUDA's "operation not permitted when
+stream is capturing"."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+from graphrt.errors import GraphrtError
+from graphrt.opcount import storage_key
+
+
+class GraphCaptureError(GraphrtError):
+    """The captured function did something a graph cannot replay (a host sync, a
+    data-dependent shape, ...). The message names the op."""
+
+
+_HOST_SYNC = (
+    "operation not permitted while capturing (a host sync: .item(), .tolist(), int(tensor)); "
+    "keep step inputs as device tensors"
+)
+_DYNAMIC_SHAPE = (
+    "operation not permitted while capturing (its output shape depends on tensor data); "
+    "keep every shape in the step static"
+)
+_TO_HOST = (
+    "operation not permitted while capturing (it copies device data to the host); "
+    "keep the step's values on the device"
+)
+_RANDOM = (
+    "random ops are not supported by TapeGraph (replay would repeat the captured random numbers); "
+    "keep dropout and sampling out of the step"
+)
+NEW_MEMORY = (
+    "operation not permitted while capturing a tape (it moves a tensor to new memory); "
+    "captured tensors must keep their memory"
+)
+
+# Tensor methods that read data on the host without dispatching an aten op on CPU.
+_HOST_READS = {torch.Tensor.tolist: "Tensor.tolist", torch.Tensor.numpy: "Tensor.numpy"}
+
+
+def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str) -> Any:
+    """Value of argument `name` as the op received it (positional, keyword or default)."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == name:
+            if i < len(args):
+                return args[i]
+            return kwargs.get(name, a.default_value)
+    raise KeyError(name)
+
+
+def _has_bool_index(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    indices = _arg(func, args, kwargs, "indices")
+    return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices)
+
+
+def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random: bool) -> str | None:
+    """Why `func` may not run inside a capture, or None if it may. Checked before it runs."""
+    tags = func.tags
+    name = func._schema.name
+    if torch.Tag.data_dependent_output in tags:
+        return _HOST_SYNC
+    if torch.Tag.dynamic_output_shape in tags:
+        # x[idx] with integer indices has a static shape; only a boolean mask makes it dynamic.
+        if not (name == "aten::index" and not _has_bool_index(func, args, kwargs)):
+            return _DYNAMIC_SHAPE
+    if name in ("aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and _has_bool_index(
+        func, args, kwargs
+    ):
+        return _DYNAMIC_SHAPE  # x[mask] = v finds the mask's nonzeros first
+    if not allow_random and torch.Tag.nondeterministic_seeded in tags:
+        # Fused attention ops carry the tag for their dropout; without dropout they are exact.
+        if not any(a.name == "dropout_p" for a in func._schema.arguments) or _arg(func, args, kwargs, "dropout_p"):
+            return _RANDOM
+    if name == "aten::_to_copy":
+        target = kwargs.get("device")
+        if target is not None and torch.device(target).type == "cpu" and args[0].device.type != "cpu":
+            return _TO_HOST
+    if name == "aten::copy_" and args[0].device.type == "cpu" and args[1].device.type != "cpu":
+        return _TO_HOST
+    return None
+
+
+class HostReadGuard(TorchFunctionMode):
+    """Refuses the host reads that never reach the dispatcher (`.tolist()` of a CPU tensor)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _HOST_READS:
+            raise GraphCaptureError(f"{_HOST_READS[func]}: {_HOST_SYNC}")
+        return func(*args, **(kwargs or {}))
+
+
+@functools.lru_cache(maxsize=None)
+def _written_args(func: torch._ops.OpOverload) -> tuple[tuple[int, str], ...]:
+    """(position, name) of every argument the op writes into."""
+    return tuple(
+        (i, a.name)
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+
+
+def memory_of_written(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[int, int]]:
+    """(storage identity, data address) of each tensor the op writes into."""
+    written = [args[i] if i < len(args) else kwargs.get(name) for i, name in _written_args(func)]
+    return [(storage_key(t), t.untyped_storage().data_ptr()) for t in tree_leaves(written) if isinstance(t, torch.Tensor)]
+

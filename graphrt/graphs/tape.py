@@ -1,0 +1,258 @@
+"""TapeGraph: CUDA-graph semantics on any device.
+
+Capture runs the step under a dispatch mode that records every aten op that does work, with
+its tensors by identity; replay re-runs the recorded ops into the very tensors capture made
+(functional ops through their out= overload where that gives the same bits). Python does not
+run on replay, and Python scalars are frozen at capture.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+
+from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, memory_of_written,
+                                  refusal)
+from graphrt.opcount import OpKind, classify, does_work, storage_key
+
+T = TypeVar("T")
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset())
+
+
+@dataclass
+class _Entry:
+    """One recorded op that does work, with the layout each of its tensors had at the time."""
+
+    func: torch._ops.OpOverload
+    kind: OpKind
+    args: tuple
+    kwargs: dict
+    out: Any
+    layouts: dict[int, tuple]  # id(tensor) -> (shape, stride, storage_offset) when dispatched
+    out_kwargs: dict[str, Any] | None  # for a functional op: its out= overload's out arguments
+
+
+class CaptureMode(TorchDispatchMode):
+    """Runs every op unchanged, refuses those a graph cannot replay, and (if `record`) keeps
+    the ops that do work, in order, with their tensors."""
+
+    def __init__(self, *, record: bool, allow_random: bool) -> None:
+        super().__init__()
+        self.record = record
+        self.allow_random = allow_random
+        self.entries: list[_Entry] = []
+        self.created: set[int] = set()  # storages that ops allocated during the capture
+        self.refused: GraphCaptureError | None = None
+
+    def _refuse(self, func: torch._ops.OpOverload, reason: str) -> GraphCaptureError:
+        error = GraphCaptureError(f"{func}: {reason}")
+        # Kept so that a step which catches the exception still fails its capture.
+        self.refused = self.refused or error
+        return error
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        reason = refusal(func, args, kwargs, self.allow_random)
+        if reason is not None:
+            raise self._refuse(func, reason)
+        if not self.record:
+            return func(*args, **kwargs)
+
+        before = memory_of_written(func, args, kwargs) if func._schema.is_mutable else None
+        out = func(*args, **kwargs)
+        if before is not None and memory_of_written(func, args, kwargs) != before:
+            raise self._refuse(func, NEW_MEMORY)
+        kind = classify(func, args, kwargs, out)
+        if kind in (OpKind.COMPUTE, OpKind.ALLOC):
+            self.created.update(storage_key(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        if does_work(kind):
+            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+            layouts = {id(t): _layout(t) for t in tensors}
+            out_kwargs = _try_out_variant(func, args, kwargs, out) if kind is OpKind.COMPUTE else None
+            self.entries.append(_Entry(func, kind, args, kwargs, out, layouts, out_kwargs))
+        return out
+
+
+@functools.lru_cache(maxsize=None)
+def _out_variant(func: torch._ops.OpOverload) -> tuple[torch._ops.OpOverload, tuple[str, ...]] | None:
+    """The out= overload of a functional op and the names of its out arguments, in the order
+    of the functional op's results; None if there is no exact counterpart.
+
+    e.g. `aten.max.dim` -> (`aten.max.dim_max`, ("max", "max_values")).
+    """
+    signature = [(a.name, str(a.type), a.kwarg_only) for a in func._schema.arguments]
+    results = [str(r.type) for r in func._schema.returns]
+    packet = func.overloadpacket
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        written = [a for a in candidate._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        rest = [
+            (a.name, str(a.type), a.kwarg_only)
+            for a in candidate._schema.arguments
+            if a.alias_info is None or not a.alias_info.is_write
+        ]
+        if written and rest == signature and all(a.kwarg_only for a in written):
+            if [str(a.type) for a in written] == results:
+                return candidate, tuple(a.name for a in written)
+    return None
+
+
+def _try_out_variant(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+    """The out arguments for re-running `func` through its out= overload into `out`, or None.
+
+    The overload is tried once right here, before anything else has seen `out`: a schema can
+    exist without a kernel for this device, and that must show now, not on the first replay.
+    It must also rewrite the very same bits, or replay would not be eager's step: `linear.out`
+    with a bias, for one, takes another BLAS path than `linear` at some shapes (an 8x896 input
+    differs in the last bits). Where the bits differ, `out` is restored and None returned, so
+    the op replays functionally and copies its result in.
+    """
+    variant = _out_variant(func)
+    if variant is None:
+        return None
+    out_func, out_names = variant
+    targets = (out,) if len(out_names) == 1 else tuple(out)
+    before = [t.clone() for t in targets]
+    try:
+        out_func(*args, **kwargs, **dict(zip(out_names, targets)))
+    except RuntimeError:  # e.g. "could not run 'aten::...out' with arguments from the 'CPU' backend"
+        return None
+    if not all(_same_bits(a, b) for a, b in zip(before, targets)):
+        for target, value in zip(targets, before):
+            target.copy_(value)
+        return None
+    return dict(zip(out_names, targets))
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaNs included), whatever the dtype."""
+    as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
+
+
+def _copy_back_one(func: Callable, args: tuple, kwargs: dict, target: torch.Tensor) -> Callable[[], None]:
+    def call() -> None:
+        target.copy_(func(*args, **kwargs))
+
+    return call
+
+
+def _copy_back_many(func: Callable, args: tuple, kwargs: dict, targets: list) -> Callable[[], None]:
+    def call() -> None:
+        for target, result in zip(targets, tree_leaves(func(*args, **kwargs))):
+            if target is not None:
+                target.copy_(result)
+
+    return call
+
+
+class TapeGraph:
+    """A recorded list of aten ops replayed into the tensors they wrote at capture.
+
+    Replay needs no Python beyond one loop: each op is bound to its arguments at capture.
+    An in-place or out= op is re-run as recorded; a functional op is re-run through its out=
+    overload into the tensor it produced at capture, or, where it has none, re-run and its
+    result copied into that tensor. Views are not re-run: they alias memory that stays put.
+    """
+
+    def __init__(self, device: torch.device, calls: list[Callable[[], Any]], names: list[str], memory_bytes: int):
+        self._device = device
+        self._calls = tuple(calls)
+        self._names = tuple(names)
+        self._memory_bytes = memory_bytes
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the storages allocated during capture that the tape keeps alive (each
+        storage once, however many views of it it holds). Weights and inputs are not counted;
+        unlike a CUDA graph, a tape reuses no memory between its intermediates."""
+        return self._memory_bytes
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        """Overload names of the recorded ops, in order; comparable with `opcount.op_names`."""
+        return self._names
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def replay(self) -> None:
+        # Inference mode: replay computes values only, and captured tensors may be inference
+        # tensors, which only accept in-place writes inside it.
+        with torch.inference_mode():
+            for call in self._calls:
+                call()
+
+
+def _pin(tree: Any, layouts: dict[int, tuple]) -> Any:
+    """`tree` with every tensor whose shape/stride/offset has changed since it was recorded
+    (an in-place view op like `unsqueeze_`) replaced by an alias with the recorded layout."""
+
+    def pin(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or _layout(x) == layouts[id(x)]:
+            return x
+        shape, stride, offset = layouts[id(x)]
+        return x.as_strided(shape, stride, offset)
+
+    with torch.no_grad():
+        return tree_map(pin, tree)
+
+
+def _callable(func: torch._ops.OpOverload) -> Callable[..., Any]:
+    # The C++ callable behind an OpOverload: calling it directly skips one Python frame per
+    # op on every replay.
+    return getattr(func, "_op", func)
+
+
+def _replay_call(entry: _Entry) -> Callable[[], Any]:
+    args, kwargs, out, out_kwargs = _pin((entry.args, entry.kwargs, entry.out, entry.out_kwargs), entry.layouts)
+    if entry.kind is OpKind.MUTATE:
+        fresh = [r.alias_info is None for r in entry.func._schema.returns]
+        if not any(fresh):  # results (if any) are the arguments it wrote: re-running is all
+            return functools.partial(_callable(entry.func), *args, **kwargs)
+        # e.g. training batch norm: writes its running stats *and* returns new tensors.
+        results = (out,) if len(fresh) == 1 else tuple(out)
+        kept = [r if is_fresh else tree_map(lambda _: None, r) for r, is_fresh in zip(results, fresh)]
+        targets = [t if isinstance(t, torch.Tensor) else None for t in tree_leaves(kept)]
+        return _copy_back_many(_callable(entry.func), args, kwargs, targets)
+    if out_kwargs is not None:
+        out_func, _ = _out_variant(entry.func)
+        return functools.partial(_callable(out_func), *args, **kwargs, **out_kwargs)
+    if isinstance(out, torch.Tensor):
+        return _copy_back_one(_callable(entry.func), args, kwargs, out)
+    targets = [t if isinstance(t, torch.Tensor) else None for t in tree_leaves(out)]
+    return _copy_back_many(_callable(entry.func), args, kwargs, targets)
+
+
+def _held_bytes(tensors: list[torch.Tensor], created: set[int]) -> int:
+    """Bytes of the distinct storages among `tensors` that were allocated during capture."""
+    sizes = {storage_key(t): t.untyped_storage().nbytes() for t in tensors if storage_key(t) in created}
+    return sum(sizes.values())
+
+
+def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tuple[TapeGraph, T]:
+    for _ in range(warmup):
+        fn()
+    mode = CaptureMode(record=True, allow_random=False)
+    with HostReadGuard(), mode:
+        out = fn()
+    if mode.refused is not None:
+        raise mode.refused
+    calls = [_replay_call(e) for e in mode.entries]
+    held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
+    held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    graph = TapeGraph(device, calls, [str(e.func) for e in mode.entries], _held_bytes(held, mode.created))
+    return graph, out
+
