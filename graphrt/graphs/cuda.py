@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
@@ -15,26 +16,18 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, eq=False)
 class CudaGraph:
     """A `torch.cuda.CUDAGraph` and what it cost to capture."""
 
-    def __init__(self, graph: torch.cuda.CUDAGraph, device: torch.device, memory_bytes: int):
-        self._graph = graph
-        self._device = device
-        self._memory_bytes = memory_bytes
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
-    def memory_bytes(self) -> int:
-        """Growth of the CUDA allocator's reserved memory during capture. With a shared pool,
-        later (smaller) captures mostly reuse what the first one reserved and report ~0."""
-        return self._memory_bytes
+    graph: torch.cuda.CUDAGraph
+    device: torch.device
+    # Growth of the CUDA allocator's reserved memory during capture. With a shared pool, later
+    # (smaller) captures mostly reuse what the first one reserved and report ~0.
+    memory_bytes: int
 
     def replay(self) -> None:
-        self._graph.replay()
+        self.graph.replay()
 
 
 def capture_cuda(

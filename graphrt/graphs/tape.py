@@ -154,6 +154,7 @@ def _copy_back_many(func: Callable, args: tuple, kwargs: dict, targets: list) ->
     return call
 
 
+@dataclass(frozen=True, eq=False)
 class TapeGraph:
     """A recorded list of aten ops replayed into the tensors they wrote at capture.
 
@@ -163,36 +164,22 @@ class TapeGraph:
     result copied into that tensor. Views are not re-run: they alias memory that stays put.
     """
 
-    def __init__(self, device: torch.device, calls: list[Callable[[], Any]], names: list[str], memory_bytes: int):
-        self._device = device
-        self._calls = tuple(calls)
-        self._names = tuple(names)
-        self._memory_bytes = memory_bytes
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
-    def memory_bytes(self) -> int:
-        """Bytes of the storages allocated during capture that the tape keeps alive (each
-        storage once, however many views of it it holds). Weights and inputs are not counted;
-        unlike a CUDA graph, a tape reuses no memory between its intermediates."""
-        return self._memory_bytes
-
-    @property
-    def op_names(self) -> tuple[str, ...]:
-        """Overload names of the recorded ops, in order; comparable with `opcount.op_names`."""
-        return self._names
+    device: torch.device
+    calls: tuple[Callable[[], Any], ...]  # one closure per recorded op, arguments bound
+    op_names: tuple[str, ...]  # overload names, in order; comparable with `opcount.op_names`
+    # Bytes of the storages allocated during capture that the tape keeps alive (each storage
+    # once, however many views of it it holds). Weights and inputs are not counted; unlike a
+    # CUDA graph, a tape reuses no memory between its intermediates.
+    memory_bytes: int
 
     def __len__(self) -> int:
-        return len(self._calls)
+        return len(self.calls)
 
     def replay(self) -> None:
         # Inference mode: replay computes values only, and captured tensors may be inference
         # tensors, which only accept in-place writes inside it.
         with torch.inference_mode():
-            for call in self._calls:
+            for call in self.calls:
                 call()
 
 
@@ -253,6 +240,7 @@ def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tupl
     calls = [_replay_call(e) for e in mode.entries]
     held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
     held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    graph = TapeGraph(device, calls, [str(e.func) for e in mode.entries], _held_bytes(held, mode.created))
+    graph = TapeGraph(device, tuple(calls), tuple(str(e.func) for e in mode.entries),
+                      _held_bytes(held, mode.created))
     return graph, out
 
