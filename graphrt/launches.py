@@ -11,8 +11,21 @@ from torch.autograd import DeviceType
 from graphrt.opcount import op_names
 
 # Host-side calls that put work on the GPU; `cudaGraphLaunch` puts a whole graph there at once.
-KERNEL_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+# Any other launch: cudaLaunchKernel(ExC), cudaLaunchCooperativeKernel, cudaLaunchHostFunc, the
+# driver's cuLaunchKernel(Ex), ...
+KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
+
+
+def launch_kind(api_name: str) -> str | None:
+    """"graph" for cudaGraphLaunch*, "kernel" for the other launch APIs, None for the rest.
+
+    The one definition of a launch call, for `graphrt run`'s count and `graphrt analyze`'s."""
+    if api_name.startswith(GRAPH_LAUNCH_APIS):
+        return "graph"
+    if api_name.startswith(KERNEL_LAUNCH_PREFIXES):
+        return "kernel"
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,8 +59,6 @@ def count_step(fn: Callable[[], Any], device: torch.device,
     events = prof.events()
     kernels = [e for e in events if e.device_type == DeviceType.CUDA
                and not e.name.startswith(("Memcpy", "Memset"))]
-    host = [e.name for e in events if e.device_type == DeviceType.CPU]
-    return result, StepLaunches(
-        ops=len(kernels),
-        kernel_launches=sum(n.startswith(KERNEL_LAUNCH_APIS) for n in host),
-        graph_launches=sum(n.startswith(GRAPH_LAUNCH_APIS) for n in host))
+    calls = [launch_kind(e.name) for e in events if e.device_type == DeviceType.CPU]
+    return result, StepLaunches(ops=len(kernels), kernel_launches=calls.count("kernel"),
+                                graph_launches=calls.count("graph"))

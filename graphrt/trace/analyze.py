@@ -31,14 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from graphrt.launches import GRAPH_LAUNCH_APIS
+from graphrt.launches import launch_kind
 from graphrt.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.model import Trace
 
 STEP_PREFIXES = ("decode_step[", "replay[")
-# Any launch of GPU work from the host that is not a graph launch: cudaLaunchKernel(ExC),
-# cudaLaunchCooperativeKernel, cudaLaunchHostFunc, the driver's cuLaunchKernel(Ex), ...
-KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
 
 
 class _Span(Protocol):
@@ -50,15 +47,6 @@ class _Span(Protocol):
 
 def is_step(name: str) -> bool:
     return name.startswith(STEP_PREFIXES)
-
-
-def launch_kind(api_name: str) -> str | None:
-    """"graph" for cudaGraphLaunch*, "kernel" for the other launch APIs, None for the rest."""
-    if api_name.startswith(GRAPH_LAUNCH_APIS):
-        return "graph"
-    if api_name.startswith(KERNEL_LAUNCH_PREFIXES):
-        return "kernel"
-    return None
 
 
 def range_kind(name: str) -> str | None:
