@@ -13,6 +13,14 @@ from graphrt.errors import GraphrtError
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+class ConfigError(GraphrtError):
+    """A ModelConfig that cannot describe a Qwen2 model graphrt runs."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name}: {problem}")
+        self.problem = problem
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str
@@ -33,31 +41,33 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if not self.head_dim and self.num_attention_heads > 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if (problem := self._problem()) is not None:
+            raise ConfigError(self.name, problem)
+
+    def _problem(self) -> str | None:
+        """What is wrong with this config, in one phrase; None when nothing is."""
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads", "num_key_value_heads", "head_dim",
                     "max_position_embeddings"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise GraphrtError(f"{self.name}: {key} must be a positive integer, got {value!r}")
+                return f"{key} must be a positive integer, got {value!r}"
         if self.hidden_size != self.num_attention_heads * self.head_dim:
-            raise GraphrtError(
-                f"{self.name}: hidden_size {self.hidden_size} != num_attention_heads "
-                f"{self.num_attention_heads} x head_dim {self.head_dim}")
+            return (f"hidden_size {self.hidden_size} != num_attention_heads "
+                    f"{self.num_attention_heads} x head_dim {self.head_dim}")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise GraphrtError(
-                f"{self.name}: num_attention_heads {self.num_attention_heads} is not divisible by "
-                f"num_key_value_heads {self.num_key_value_heads}")
+            return (f"num_attention_heads {self.num_attention_heads} is not divisible by "
+                    f"num_key_value_heads {self.num_key_value_heads}")
         if self.head_dim % 2:
-            raise GraphrtError(f"{self.name}: head_dim must be even for rotary embeddings, "
-                               f"got {self.head_dim}")
+            return f"head_dim must be even for rotary embeddings, got {self.head_dim}"
         if self.use_sliding_window:
-            raise GraphrtError(f"{self.name}: use_sliding_window is true; graphrt supports "
-                               "full attention only (every released Qwen2 checkpoint sets it false)")
+            return ("use_sliding_window is true; graphrt supports full attention only "
+                    "(every released Qwen2 checkpoint sets it false)")
         if not self.rms_norm_eps > 0 or not self.rope_theta > 0:
-            raise GraphrtError(f"{self.name}: rms_norm_eps and rope_theta must be positive")
+            return "rms_norm_eps and rope_theta must be positive"
         if self.torch_dtype not in DTYPES:
-            raise GraphrtError(f"{self.name}: torch_dtype {self.torch_dtype!r} is not one of "
-                               f"{', '.join(DTYPES)}")
+            return f"torch_dtype {self.torch_dtype!r} is not one of {', '.join(DTYPES)}"
+        return None
 
     @property
     def num_query_groups(self) -> int:
@@ -147,8 +157,8 @@ def from_hf_dir(path: str | Path) -> ModelConfig:
             torch_dtype=dtype,
             use_sliding_window=bool(raw.get("use_sliding_window", False)),
         )
-    except GraphrtError as e:
-        raise GraphrtError(f"{file}: {str(e).split(': ', 1)[1]}") from None
+    except ConfigError as e:
+        raise GraphrtError(f"{file}: {e.problem}") from None
 
 
 def resolve(model: str) -> tuple[ModelConfig, Path | None]:
