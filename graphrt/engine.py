@@ -58,11 +58,11 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     device = model.lm_head.weight.device
     prompt = prompt.to(device)
     batch, length = prompt.shape
+    if start is not None and start < length:
+        raise ValueError(f"start {start} is before the end of the prompt ({length} tokens)")
     with torch.inference_mode():
         with nvtx_range("prefill"):
             token = greedy(backend.prefill(prompt)[:, -1])
-        if start is not None and start < length:
-            raise ValueError(f"start {start} is before the end of the prompt ({length} tokens)")
         positions = torch.full((batch,), length if start is None else start, dtype=torch.long,
                                device=device)
         generated, kept, host_ms = [token], [], []

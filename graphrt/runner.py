@@ -100,19 +100,22 @@ def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, tor
 
 def run(spec: RunSpec, on_mode=None) -> RunResult:
     """Decode the same prompt through every mode of the spec, on one model and one cache."""
-    nvtx.set_enabled(spec.nvtx)
     config, model, device, dtype = load(spec)
     modes = expand_modes(spec.mode)
     backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
     result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
-    with nvtx.attach(model):
-        for backend in backends:
-            if on_mode:
-                on_mode(backend.name)
-            report = backend.prepare(spec.batch)
-            gen = decode(backend, prompt, spec.steps, spec.warmup)
-            gen.prepare = report
-            result.generations[backend.name] = gen
+    was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
+    try:
+        with nvtx.attach(model):
+            for backend in backends:
+                if on_mode:
+                    on_mode(backend.name)
+                report = backend.prepare(spec.batch)
+                gen = decode(backend, prompt, spec.steps, spec.warmup)
+                gen.prepare = report
+                result.generations[backend.name] = gen
+    finally:
+        nvtx.set_enabled(was_enabled)
     return result
