@@ -75,12 +75,17 @@ def _only_dir(parent: Path) -> Path:
 # Nsight Systems
 
 
-@pytest.fixture(scope="module")
-def nsys_eager(tmp_path_factory) -> tuple[Path, str]:
+def _record(tmp_path_factory, profiler: str, mode: str) -> tuple[Path, str]:
+    """`graphrt trace` of tiny into a fresh folder: the trace directory and what it printed."""
     out = tmp_path_factory.mktemp("traces")
-    result = _invoke("trace", "--profiler", "nsys", "--mode", "eager", *TINY, "--out", out)
+    result = _invoke("trace", "--profiler", profiler, "--mode", mode, *TINY, "--out", out)
     assert result.exit_code == 0, result.output
     return _only_dir(out), result.output
+
+
+@pytest.fixture(scope="module")
+def nsys_eager(tmp_path_factory) -> tuple[Path, str]:
+    return _record(tmp_path_factory, "nsys", "eager")
 
 
 @pytest.mark.nsys
@@ -148,10 +153,7 @@ def test_a_failing_recorded_process_is_one_line_and_leaves_nothing(tmp_path):
 
 @pytest.fixture(scope="module")
 def torch_both(tmp_path_factory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("traces")
-    result = _invoke("trace", "--profiler", "torch", "--mode", "both", *TINY, "--out", out)
-    assert result.exit_code == 0, result.output
-    return _only_dir(out), result.output
+    return _record(tmp_path_factory, "torch", "both")
 
 
 def _is_view(op: str) -> bool:
