@@ -365,6 +365,34 @@ def record_to(events: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
         _push, _pop = inner_push, inner_pop
 
 
+class _StackSink:
+    """A `record_to` sink that keeps only the ranges open now, outermost first."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+    def append(self, event: tuple[str, str]) -> None:
+        kind, name = event
+        if kind == "push":
+            self.stack.append(name)
+        elif self.stack:
+            self.stack.pop()
+
+
+@contextlib.contextmanager
+def open_ranges() -> Iterator[list[str]]:
+    """While open, the yielded list holds the names of the graphrt ranges open at this moment,
+    outermost first: `["(Qwen2ForCausalLM)", "model (Qwen2Model)", ...]`. Only ranges opened
+    inside the block are there.
+
+    The list changes as ranges open and close; copy it (`tuple(stack)`) to keep a moment. This is
+    how a capture knows the module each op was issued in, which a replay cannot tell.
+    """
+    sink = _StackSink()
+    with record_to(sink):  # type: ignore[arg-type]
+        yield sink.stack
+
+
 # ---------------------------------------------------------------------------------------------
 # Will a profiler see the ranges?
 

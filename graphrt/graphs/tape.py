@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
+from graphrt import nvtx
 from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, memory_of_written,
                                   refusal)
 from graphrt.opcount import OpKind, classify, does_work, storage_key
@@ -38,15 +39,17 @@ class _Entry:
     out: Any
     layouts: dict[int, tuple]  # id(tensor) -> (shape, stride, storage_offset) when dispatched
     out_kwargs: dict[str, Any] | None  # for a functional op: its out= overload's out arguments
+    ranges: tuple[str, ...]  # the graphrt ranges open when it was dispatched (TapeGraph.op_ranges)
 
 
 class CaptureMode(TorchDispatchMode):
     """Runs every op unchanged, refuses those a graph cannot replay, and (if `record`) keeps
     the ops that do work, in order, with their tensors."""
 
-    def __init__(self, *, record: bool, allow_random: bool) -> None:
+    def __init__(self, *, record: bool, allow_random: bool, open_ranges: list[str] | None = None) -> None:
         super().__init__()
         self.record = record
+        self.open_ranges = open_ranges if open_ranges is not None else []
         self.allow_random = allow_random
         self.entries: list[_Entry] = []
         self.created: set[int] = set()  # storages that ops allocated during the capture
@@ -77,7 +80,8 @@ class CaptureMode(TorchDispatchMode):
             tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
             layouts = {id(t): _layout(t) for t in tensors}
             out_kwargs = _try_out_variant(func, args, kwargs, out) if kind is OpKind.COMPUTE else None
-            self.entries.append(_Entry(func, kind, args, kwargs, out, layouts, out_kwargs))
+            self.entries.append(_Entry(func, kind, args, kwargs, out, layouts, out_kwargs,
+                                       tuple(self.open_ranges)))
         return out
 
 
@@ -167,6 +171,10 @@ class TapeGraph:
     device: torch.device
     calls: tuple[Callable[[], Any], ...]  # one closure per recorded op, arguments bound
     op_names: tuple[str, ...]  # overload names, in order; comparable with `opcount.op_names`
+    # Per op, the graphrt ranges (modules, named ranges) opened inside the capture and open when
+    # it was recorded, outermost first: which module issued it, known exactly. Empty tuples
+    # where no ranges are attached.
+    op_ranges: tuple[tuple[str, ...], ...]
     # Bytes of the storages allocated during capture that the tape keeps alive (each storage
     # once, however many views of it it holds). Weights and inputs are not counted; unlike a
     # CUDA graph, a tape reuses no memory between its intermediates.
@@ -232,15 +240,16 @@ def _held_bytes(tensors: list[torch.Tensor], created: set[int]) -> int:
 def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tuple[TapeGraph, T]:
     for _ in range(warmup):
         fn()
-    mode = CaptureMode(record=True, allow_random=False)
-    with HostReadGuard(), mode:
-        out = fn()
+    with nvtx.open_ranges() as stack:
+        mode = CaptureMode(record=True, allow_random=False, open_ranges=stack)
+        with HostReadGuard(), mode:
+            out = fn()
     if mode.refused is not None:
         raise mode.refused
     calls = [_replay_call(e) for e in mode.entries]
     held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
     held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     graph = TapeGraph(device, tuple(calls), tuple(str(e.func) for e in mode.entries),
-                      _held_bytes(held, mode.created))
+                      tuple(e.ranges for e in mode.entries), _held_bytes(held, mode.created))
     return graph, out
 
