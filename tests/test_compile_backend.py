@@ -36,3 +36,20 @@ def test_missing_compiler_is_named(monkeypatch):
     model.setup_cache(1, 8)
     with pytest.raises(GraphrtError, match="needs a C\\+\\+ compiler"):
         CompileBackend(model).prepare(1)
+
+
+@pytest.mark.slow
+def test_the_decode_loop_reuses_the_graph_prepare_compiled():
+    # prepare() compiles with throwaway inputs; the decode loop then passes inference tensors.
+    # Dynamo guards on its inputs' dispatch keys, so inputs made outside inference mode would
+    # compile a second graph on the first real step: uncounted in the compile time, and inside
+    # the loop that is being measured.
+    torch._dynamo.reset()
+    model = build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
+    model.setup_cache(1, 12)
+    backend = CompileBackend(model)
+    backend.prepare(1)
+    graphs_after_prepare = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    decode(backend, random_prompt(1, 4, model.config.vocab_size, seed=0), steps=4)
+    assert graphs_after_prepare == 1
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1

@@ -13,7 +13,7 @@ from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
 
 
-def _check_toolchain(device: torch.device) -> None:
+def check_toolchain(device: torch.device) -> None:
     """Inductor writes C++ on the CPU and Triton on CUDA: say which is missing, up front."""
     if device.type == "cpu":
         from torch._inductor import config
@@ -46,11 +46,14 @@ class CompileBackend(Backend):
     def prepare(self, max_batch: int) -> PrepareReport:
         """Compile (and on CUDA record the graphs) for `max_batch` with throwaway inputs; the
         cache slots they write are overwritten by the next prefill."""
-        _check_toolchain(self.device)
-        tokens = torch.zeros(max_batch, 1, dtype=torch.long, device=self.device)
-        positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+        check_toolchain(self.device)
         start = time.perf_counter()
         with torch.inference_mode(), nvtx_range(f"compile[bs={max_batch}]"):
+            # Made inside inference mode, like the decode loop's inputs: Dynamo guards on the
+            # dispatch keys of its inputs, and an ordinary tensor here would compile a graph
+            # that the first real step cannot use (a recompile there, inside the timed loop).
+            tokens = torch.zeros(max_batch, 1, dtype=torch.long, device=self.device)
+            positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
             for _ in range(3):  # cudagraph trees record on the second or third call
                 self.compiled(tokens, positions)
             if self.device.type == "cuda":
