@@ -17,6 +17,9 @@ class PrepareReport:
     seconds: float = 0.0
     memory_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    # per captured batch bucket, in capture order: {"pool_bytes": ..., "device_bytes": ...}
+    # (device_bytes, the drop in the device's free memory, only for CUDA graphs)
+    buckets: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 class Backend(ABC):

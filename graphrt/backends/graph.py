@@ -8,7 +8,7 @@ import torch
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
-from graphrt.graphs import Graph, capture, graph_kind, new_pool
+from graphrt.graphs import CudaGraph, Graph, capture, graph_kind, new_pool
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
 
@@ -32,6 +32,13 @@ def default_buckets(max_batch: int) -> tuple[int, ...]:
     while buckets[-1] < max_batch:
         buckets.append(buckets[-1] * 2)
     return tuple(buckets)
+
+
+def _bucket_memory(graph: Graph) -> dict[str, int]:
+    memory = {"pool_bytes": graph.memory_bytes}
+    if isinstance(graph, CudaGraph):
+        memory["device_bytes"] = graph.device_bytes
+    return memory
 
 
 class GraphBackend(Backend):
@@ -89,10 +96,11 @@ class GraphBackend(Backend):
                         device=device, pool=pool)
         seconds = time.perf_counter() - start
         memory = sum(graph.memory_bytes for graph, _ in self.graphs.values())
+        per_bucket = {bs: _bucket_memory(graph) for bs, (graph, _) in self.graphs.items()}
         notes = [] if self.kind == "cuda" else [
             "graph runs as a TapeGraph here: CUDA-graph semantics without a GPU, a correctness check, "
             "not a speed claim (launch overhead exists only on CUDA)"]
-        return PrepareReport(seconds, memory, notes)
+        return PrepareReport(seconds, memory, notes, per_bucket)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         batch = tokens.shape[0]

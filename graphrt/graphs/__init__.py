@@ -66,16 +66,20 @@ class Graph(Protocol):
 
 @dataclass(frozen=True)
 class GraphPool:
-    """Memory shared by graphs captured into it.
+    """Memory (and, on CUDA, a stream) shared by the graphs captured into it.
 
     On CUDA, `handle` is a `torch.cuda.graph_pool_handle()`: captures into one pool reuse each
-    other's memory (safe as long as they are replayed one at a time). A tape keeps its own
-    tensors, so for `kind == "tape"` the pool is only a token and `handle` is None.
+    other's memory (safe as long as they are replayed one at a time), and `stream` is the one
+    side stream every capture into the pool warms up and captures on. One stream matters: cuBLAS
+    keeps a workspace per (handle, stream), so a fresh stream per capture would strand one
+    workspace (32 MiB on Hopper) per bucket and charge it to the graph. A tape keeps its own
+    tensors, so for `kind == "tape"` the pool is only a token and `handle`, `stream` are None.
     """
 
     device: torch.device
     kind: Kind
     handle: Any = None
+    stream: Any = None  # torch.cuda.Stream
 
 
 def _normalize_device(device: torch.device | str) -> torch.device:
@@ -104,8 +108,10 @@ def new_pool(device: torch.device | str, kind: Literal["auto", "cuda", "tape"] =
     """A memory pool for `capture(..., pool=...)` on `device`."""
     device = _normalize_device(device)
     resolved = graph_kind(device, kind)
-    handle = torch.cuda.graph_pool_handle() if resolved == "cuda" else None
-    return GraphPool(device=device, kind=resolved, handle=handle)
+    if resolved != "cuda":
+        return GraphPool(device=device, kind=resolved)
+    return GraphPool(device=device, kind=resolved, handle=torch.cuda.graph_pool_handle(),
+                     stream=torch.cuda.Stream(device))
 
 
 def capture(

@@ -1,4 +1,4 @@
-"""CudaGraph: `torch.cuda.CUDAGraph` capture, warmed up on a side stream, into a shared pool."""
+"""CudaGraph: `torch.cuda.CUDAGraph` capture, warmed up and captured on the pool's side stream."""
 
 from __future__ import annotations
 
@@ -22,36 +22,47 @@ class CudaGraph:
 
     graph: torch.cuda.CUDAGraph
     device: torch.device
-    # Growth of the CUDA allocator's reserved memory during capture. With a shared pool, later
-    # (smaller) captures mostly reuse what the first one reserved and report ~0.
+    # Growth of the CUDA allocator's reserved memory during capture: what the graph's pool took.
+    # With a shared pool, later (smaller) captures mostly reuse what the first one reserved.
     memory_bytes: int
+    # Drop of the device's free memory (`torch.cuda.mem_get_info`) over warmup and capture: the
+    # pool plus what lives outside the allocator (cuBLAS workspaces, the graph's own buffers).
+    device_bytes: int
 
     def replay(self) -> None:
         self.graph.replay()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def capture_cuda(
     fn: Callable[[], T], device: torch.device, pool: GraphPool | None, warmup: int
 ) -> tuple[CudaGraph, T]:
     with torch.cuda.device(device):
-        # Warm up on a side stream, so lazy initialisation (cuBLAS handles, autotuning) and
-        # the allocator's first blocks happen outside the capture.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        free_before, _ = torch.cuda.mem_get_info(device)
+        # Warm up and capture on one side stream (the pool's, shared by all its captures), so
+        # lazy initialisation (cuBLAS handles and workspaces, autotuning) and the allocator's
+        # first blocks happen outside the capture, and once per pool rather than per bucket.
+        side = pool.stream if pool is not None and pool.stream is not None else torch.cuda.Stream(device)
+        caller = torch.cuda.current_stream(device)
+        side.wait_stream(caller)
         with torch.cuda.stream(side):
             for _ in range(warmup):
                 fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
+        caller.wait_stream(side)
+        torch.cuda.synchronize(device)
 
         # `torch.cuda.graph` empties the allocator's cache as it starts; do it first, or the
         # warmup's released blocks would show up as negative graph memory.
         torch.cuda.empty_cache()
-        before = torch.cuda.memory_reserved()
+        reserved_before = torch.cuda.memory_reserved(device)
         graph = torch.cuda.CUDAGraph()
         guard = CaptureMode(record=False, allow_random=True)
         try:
-            with torch.cuda.graph(graph, pool=None if pool is None else pool.handle):
+            with torch.cuda.graph(graph, pool=None if pool is None else pool.handle, stream=side):
                 with HostReadGuard(), guard:
                     out = fn()
         except RuntimeError as error:
@@ -59,11 +70,14 @@ def capture_cuda(
             # raises, and so does a sync after a step that swallowed our exception.
             if guard.refused is not None:
                 raise guard.refused from error
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise GraphCaptureError(f"CUDA graph capture failed: {first_line}") from error
+            raise GraphCaptureError(f"CUDA graph capture failed: {_first_line(error)}") from error
+        finally:
+            # When `capture_end` raises, torch.cuda.graph never restores the stream it made
+            # current: put the caller's back, or every later op would queue on the side stream.
+            torch.cuda.set_stream(caller)
         if guard.refused is not None:
             raise guard.refused
-        torch.cuda.synchronize()
-        memory = torch.cuda.memory_reserved() - before
-    return CudaGraph(graph, device, memory), out
-
+        torch.cuda.synchronize(device)
+        memory = torch.cuda.memory_reserved(device) - reserved_before
+        free_after, _ = torch.cuda.mem_get_info(device)
+    return CudaGraph(graph, device, memory, free_before - free_after), out
