@@ -59,9 +59,17 @@ def run(json_path: str | None, **options) -> None:
         check_writable(json_path)
     if warning := check_recording():
         click.echo(f"warning: {warning}", err=True)
-    result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True))
-    click.echo(report.header(result))
-    click.echo(report.table(result))
+
+    def mode_done(result: runner.RunResult, mode: str) -> None:
+        if len(result.generations) == 1:
+            click.echo(report.header(result))
+            click.echo(report.timing_header())
+        click.echo(report.timing_row(result, mode))
+        if json_path:  # after every mode: a later failure or a timeout keeps what ran
+            write_json(json_path, report.to_dict(result))
+
+    result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True), on_done=mode_done)
+    click.echo(report.launches_table(result))
     for line in report.summary_lines(result):
         click.echo(line)
     if json_path:

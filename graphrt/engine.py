@@ -29,7 +29,7 @@ class Generation:
     # launch the step's work; on the CPU, where ops run as they are issued, the step itself
     host_ms: list[float] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)  # per step [B, V] fp32, CPU
-    launches: StepLaunches | None = None  # counted on the first (untimed) step
+    launches: StepLaunches | None = None  # counted after the timing, by count_launches
     prepare: PrepareReport = field(default_factory=PrepareReport)
 
     @property
@@ -48,7 +48,8 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     """Prefill `prompt` [B, T] eagerly, then `steps` greedy decode steps through `backend`.
 
     The first `warmup` steps (at least one) run and generate tokens like the others but are
-    not timed; the first of them also counts the step's kernels or ops.
+    not timed. Nothing here counts launches: a profiler session leaves CUPTI attached and taxes
+    every later launch, so counting comes after the timing (`count_launches`).
 
     `start` is the position of the first decode step (default T). A later start leaves cache
     slots T..start-1 as they are, so each step attends over `start` or more cached tokens
@@ -69,10 +70,7 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
         keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
         timer = StepTimer(device)
         for i in range(steps):
-            if i == 0:
-                logits, launches = count_step(lambda: backend.step(token, positions), device,
-                                              backend.countable_on_cpu)
-            elif i < warmup:
+            if i < warmup:
                 logits = backend.step(token, positions)
             else:
                 with timer.step():
@@ -86,4 +84,19 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
             generated.append(token)
         step_ms = timer.samples_ms()  # synchronizes on CUDA
         tokens = torch.cat(generated, dim=1).cpu()
-    return Generation(backend.name, tokens, step_ms, host_ms, [t.cpu() for t in kept], launches)
+    return Generation(backend.name, tokens, step_ms, host_ms, [t.cpu() for t in kept])
+
+
+def count_launches(backend: Backend, gen: Generation, position: int) -> StepLaunches:
+    """What one decode step of `backend` launches, counted on one more step run for the purpose.
+
+    Call it once the timing is over (the profiler it opens on CUDA stays attached). It re-runs
+    `gen`'s first decode step (prefill's token at `position`, where that step ran): the cache
+    slot it writes was written by the decode already, and a step's work depends on shapes only.
+    """
+    device = backend.model.lm_head.weight.device
+    tokens = gen.tokens[:, :1].to(device)
+    with torch.inference_mode(), nvtx_range(f"count[{backend.name}]"):
+        positions = torch.full((tokens.shape[0],), position, dtype=torch.long, device=device)
+        _, launches = count_step(lambda: backend.step(tokens, positions), device, backend.countable_on_cpu)
+    return launches

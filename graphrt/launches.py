@@ -57,7 +57,10 @@ def count_step(fn: Callable[[], Any], device: torch.device,
         result = fn()
         torch.cuda.synchronize()
     events = prof.events()
+    # GPU-side events are kernels, copies, sets, and the GPU spans of user annotations
+    # (record_function ranges, `## Call CompiledFxGraph ##` under torch.compile): only kernels count
     kernels = [e for e in events if e.device_type == DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False)
                and not e.name.startswith(("Memcpy", "Memset"))]
     calls = [launch_kind(e.name) for e in events if e.device_type == DeviceType.CPU]
     return result, StepLaunches(ops=len(kernels), kernel_launches=calls.count("kernel"),

@@ -74,6 +74,7 @@ STEP_COLORS: dict[str, int] = {
     "copy_in": 0xFFAEC7E8,
     "compile": 0xFFFFBB78,
     "record": 0xFFDBDB8D,  # graphrt trace: the steps a profiler records, after warmup
+    "count": 0xFF9EDAE5,  # the one step whose launches are counted, after the timing
 }
 _DEFAULT_STEP_COLOR = 0xFFC7C7C7
 

@@ -24,19 +24,40 @@ def header(result: RunResult) -> str:
             f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions")
 
 
-def table(result: RunResult) -> str:
+_TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "capture/compile s", "graph MiB")
+# fixed widths, so that each row can be printed the moment its mode has run
+_WIDTHS = (10, *(max(len(h), 9) for h in _TIMING_HEADERS[1:]))
+
+
+def _cell(value: float | None, width: int) -> str:
+    return ("-" if value is None else f"{value:.3f}").rjust(width)
+
+
+def timing_header() -> str:
+    """The head of the timing table, whose rows `timing_row` prints one mode at a time."""
+    mode, *rest = _TIMING_HEADERS
+    head = "  ".join([mode.ljust(_WIDTHS[0]), *(h.rjust(w) for h, w in zip(rest, _WIDTHS[1:]))])
+    return head + "\n" + "  ".join("-" * w for w in _WIDTHS)
+
+
+def timing_row(result: RunResult, mode: str) -> str:
+    """One mode's row, printable as soon as that mode has run."""
+    gen = result.generations[mode]
+    s, prep = gen.stats, gen.prepare
+    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, prep.seconds or None,
+              prep.memory_bytes / MIB if prep.memory_bytes else None]
+    return "  ".join([mode.ljust(_WIDTHS[0]), *(_cell(v, w) for v, w in zip(values, _WIDTHS[1:]))])
+
+
+def launches_table(result: RunResult) -> str:
+    """What one step of each mode launches, counted after every mode was timed."""
     cuda = result.device.type == "cuda"
+    headers = ["mode", *(["kernels/step", "launches/step"] if cuda else ["aten ops/step"])]
     rows = []
     for mode, gen in result.generations.items():
-        s = gen.stats
-        rows.append([mode, s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median,
-                     gen.launches.ops, *([gen.launches.host_launches] if cuda else []),
-                     gen.prepare.seconds or None,
-                     gen.prepare.memory_bytes / MIB if gen.prepare.memory_bytes else None])
-    headers = ["mode", "step ms (median)", "p10", "p90", "tokens/s",
-               *(["kernels/step", "launches/step"] if cuda else ["aten ops/step"]),
-               "capture/compile s", "graph MiB"]
-    return tabulate(rows, headers=headers, floatfmt=".3f", missingval="-")
+        counted = gen.launches
+        rows.append([mode, counted and counted.ops, *([counted and counted.host_launches] if cuda else [])])
+    return tabulate(rows, headers=headers, missingval="-")
 
 
 def summary_lines(result: RunResult) -> list[str]:
@@ -66,10 +87,12 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "step_ms": {"median": s.median, "p10": s.p10, "p90": s.p90, "mean": s.mean, "n": s.n},
             "samples_ms": gen.step_ms,
             "tokens_per_s": spec.batch * 1e3 / s.median,
-            "ops_per_step": gen.launches.ops,
-            "host_launches_per_step": gen.launches.host_launches,
+            "ops_per_step": gen.launches and gen.launches.ops,
+            "host_launches_per_step": gen.launches and gen.launches.host_launches,
+            "graph_launches_per_step": gen.launches and gen.launches.graph_launches,
             "prepare_s": gen.prepare.seconds,
             "graph_memory_bytes": gen.prepare.memory_bytes,
+            "graph_memory_per_bucket": {str(bs): m for bs, m in gen.prepare.buckets.items()},
             "generated_ids": gen.tokens.tolist(),
         }
         if mode != "eager" and "eager" in result.generations:

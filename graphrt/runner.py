@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -10,7 +11,7 @@ from graphrt import hardware, nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
-from graphrt.engine import Generation, decode, random_prompt
+from graphrt.engine import Generation, count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.weights import build_model
 
@@ -98,10 +99,17 @@ def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, tor
     return config, model, device, dtype
 
 
-def run(spec: RunSpec, on_mode=None) -> RunResult:
-    """Decode the same prompt through every mode of the spec, on one model and one cache."""
+def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
+        on_done: Callable[[RunResult, str], None] | None = None) -> RunResult:
+    """Decode the same prompt through every mode of the spec, on one model and one cache.
+
+    Every mode is timed first, then each step's launches are counted (`count_launches`): the
+    profiler that counts them on CUDA would otherwise tax the modes timed after it. `on_done`
+    sees the result after each mode's decode, so a later failure loses nothing already measured.
+    """
     config, model, device, dtype = load(spec)
     modes = expand_modes(spec.mode)
+    # made before anything runs: a backend that cannot run here (no compiler) says so now
     backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
@@ -116,6 +124,11 @@ def run(spec: RunSpec, on_mode=None) -> RunResult:
                 gen = decode(backend, prompt, spec.steps, spec.warmup)
                 gen.prepare = report
                 result.generations[backend.name] = gen
+                if on_done:
+                    on_done(result, backend.name)
+            for backend in backends:
+                gen = result.generations[backend.name]
+                gen.launches = count_launches(backend, gen, spec.prompt_len)
     finally:
         nvtx.set_enabled(was_enabled)
     return result

@@ -45,6 +45,7 @@ def test_the_decode_loop_reuses_the_graph_prepare_compiled():
     # compile a second graph on the first real step: uncounted in the compile time, and inside
     # the loop that is being measured.
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # counted per process, across resets
     model = build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
     model.setup_cache(1, 12)
     backend = CompileBackend(model)

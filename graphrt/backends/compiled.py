@@ -13,7 +13,7 @@ from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
 
 
-def check_toolchain(device: torch.device) -> None:
+def _check_toolchain(device: torch.device) -> None:
     """Inductor writes C++ on the CPU and Triton on CUDA: say which is missing, up front."""
     if device.type == "cpu":
         from torch._inductor import config
@@ -39,6 +39,7 @@ class CompileBackend(Backend):
     def __init__(self, model: Qwen2ForCausalLM):
         super().__init__(model)
         device = model.lm_head.weight.device
+        _check_toolchain(device)  # before any mode of a run has spent its time
         self.device = device
         self.compiled = torch.compile(model.decode_step, fullgraph=True,
                                       mode="reduce-overhead" if device.type == "cuda" else None)
@@ -46,7 +47,6 @@ class CompileBackend(Backend):
     def prepare(self, max_batch: int) -> PrepareReport:
         """Compile (and on CUDA record the graphs) for `max_batch` with throwaway inputs; the
         cache slots they write are overwritten by the next prefill."""
-        check_toolchain(self.device)
         start = time.perf_counter()
         with torch.inference_mode(), nvtx_range(f"compile[bs={max_batch}]"):
             # Made inside inference mode, like the decode loop's inputs: Dynamo guards on the

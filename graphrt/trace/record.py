@@ -28,8 +28,9 @@ from graphrt import nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import ModelConfig
-from graphrt.engine import decode, random_prompt
+from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.launches import StepLaunches
 from graphrt.model import Qwen2ForCausalLM, greedy
 from graphrt.runner import RunSpec
 
@@ -45,7 +46,10 @@ class RecordedMode:
     mode: str
     warmup_steps: int  # decode steps run before the recording (prefill comes before them)
     recorded_steps: int
-    ops_per_step: int | None  # StepLaunches.ops of the first warmup step, as `graphrt run` counts
+    # StepLaunches.ops of one step, as `graphrt run` counts them, after the recorded steps; None
+    # under Nsight Systems on CUDA, where the export has the counts (torch.profiler and nsys
+    # cannot both subscribe to CUPTI: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    ops_per_step: int | None
     kernel_launches: int | None = None  # CUDA only: launch calls of that step
     graph_launches: int | None = None
     prepare_s: float = 0.0  # graph capture time
@@ -104,9 +108,9 @@ def torch_window(device: torch.device, path: Path) -> Iterator[None]:
 
 
 def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
-                window: contextlib.AbstractContextManager) -> RecordedMode:
+                window: contextlib.AbstractContextManager, count: bool) -> RecordedMode:
     prepared = backend.prepare(spec.batch)
-    # prefill and the warmup steps; the first warmup step also counts the step's ops
+    # prefill and the warmup steps, outside the recording
     warm = decode(backend, prompt, steps=spec.warmup, warmup=spec.warmup, keep_logits=False)
     device = backend.model.lm_head.weight.device
     token = warm.tokens[:, -1:].to(device)  # [B, 1]
@@ -117,16 +121,17 @@ def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
         for _ in range(recorded):
             token = greedy(backend.step(token, positions))
             positions += 1
-    launches = warm.launches
+    launches = count_launches(backend, warm, spec.prompt_len) if count else StepLaunches(ops=None)
     return RecordedMode(backend.name, spec.warmup, recorded, launches.ops,
                         launches.kernel_launches, launches.graph_launches,
                         prepared.seconds, list(prepared.notes))
 
 
 def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
-                 window: Window) -> list[RecordedMode]:
+                 window: Window, count: bool = True) -> list[RecordedMode]:
     """Each mode of `spec` on `model` (NVTX ranges on every module), its steps after the warmup
-    recorded inside `window(mode)`. GraphrtError up front if NVTX would record nothing."""
+    recorded inside `window(mode)`, then (if `count`) one step's launches counted apart.
+    GraphrtError up front if NVTX would record nothing."""
     if warning := nvtx.check_recording():
         raise GraphrtError(warning)
     backends = [make_backend(m, model, spec.buckets) for m in expand_modes(spec.mode)]
@@ -135,6 +140,6 @@ def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
     previous = nvtx.set_enabled(True)
     try:
         with nvtx.attach(model):
-            return [_record_one(b, prompt, spec, window(b.name)) for b in backends]
+            return [_record_one(b, prompt, spec, window(b.name), count) for b in backends]
     finally:
         nvtx.set_enabled(previous)
