@@ -17,6 +17,7 @@ everything runs in this process, on one model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -24,11 +25,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -82,11 +85,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _remove_stale_scratch(out: Path) -> None:
+    """Remove the hidden directories of recordings whose process is gone (killed with SIGKILL,
+    which no cleanup survives); a live recording's directory is left alone."""
+    for path in out.glob(".*.partial"):
+        pid = path.name.rsplit(".", 2)[-2]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _scratch_dir(out: Path, name: str) -> Path:
     """A new hidden directory inside `out` (made if missing); GraphrtError if `out` cannot be written."""
     scratch = out / f".{name}.{os.getpid()}.partial"  # mkdir, not mkdtemp: the umask's permissions
     try:
         out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_scratch(out)
         scratch.mkdir()
         return scratch
     except OSError as e:
@@ -185,6 +208,24 @@ def _record_with_torch(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausal
     return recorded, files, profiler
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """While open, SIGTERM (what `timeout` and most supervisors send) raises SystemExit, so the
+    partial directory is removed on the way out instead of being left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"),
                 overhead_steps: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S,
                 say: Say = lambda line: None) -> MadeTraces:
@@ -202,32 +243,33 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
     device = runner.resolve_device(spec.device)
     started = time.localtime()
     name = f"{time.strftime('%Y%m%d-%H%M%S', started)}-{_slug(config.name)}-{spec.mode}"
-    scratch = _scratch_dir(out, name)
-    try:
-        model = runner.load(spec)[1] if chosen == "torch" or overhead_steps else None
-        overhead = None
-        if overhead_steps:
-            say(f"measuring NVTX overhead: {overhead_steps} eager steps with ranges on, as many off…")
-            overhead = measure_nvtx_overhead(model, spec.batch, spec.prompt_len, overhead_steps,
-                                             spec.seed)
-        if chosen == "torch":
-            recorded, files, facts = _record_with_torch(spec, config, model, device, scratch, say)
-        else:
-            model = None  # free it: the recorded process loads its own
-            recorded, files, facts = _record_with_nsys(spec, device, scratch, timeout_s, say)
-        summary = {
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", started),
-            "model": config.name,
-            "spec": _spec_dict(spec),
-            "profiler": facts,
-            "machine": hardware.describe(device),
-            "modes": {r.mode: {**asdict(r), "files": files[r.mode]} for r in recorded},
-            "nvtx_overhead": overhead.to_dict() if overhead else None,
-        }
-        write_json(scratch / "summary.json", summary)
-        wanted = out / name
-        path = publish(scratch, wanted)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
+    with _terminate_as_exit():
+        scratch = _scratch_dir(out, name)
+        try:
+            model = runner.load(spec)[1] if chosen == "torch" or overhead_steps else None
+            overhead = None
+            if overhead_steps:
+                say(f"measuring NVTX overhead: {overhead_steps} eager steps with ranges on, as many off…")
+                overhead = measure_nvtx_overhead(model, spec.batch, spec.prompt_len, overhead_steps,
+                                                 spec.seed)
+            if chosen == "torch":
+                recorded, files, facts = _record_with_torch(spec, config, model, device, scratch, say)
+            else:
+                model = None  # free it: the recorded process loads its own
+                recorded, files, facts = _record_with_nsys(spec, device, scratch, timeout_s, say)
+            summary = {
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", started),
+                "model": config.name,
+                "spec": _spec_dict(spec),
+                "profiler": facts,
+                "machine": hardware.describe(device),
+                "modes": {r.mode: {**asdict(r), "files": files[r.mode]} for r in recorded},
+                "nvtx_overhead": overhead.to_dict() if overhead else None,
+            }
+            write_json(scratch / "summary.json", summary)
+            wanted = out / name
+            path = publish(scratch, wanted)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
     return MadeTraces(path, wanted, chosen, files, summary, overhead)
