@@ -136,14 +136,20 @@ def test_a_step_with_a_host_sync_fails_at_capture_naming_the_op():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_cuda_graph_replay_generates_eager_tokens(batch):
-    # bf16: tokens identical; logits within bf16 rounding of the values (padded batches run
-    # other GEMM shapes, and cuBLAS may pick other kernels)
+    # bf16: logits within bf16 rounding of the values. A padded batch (3 -> bucket 4) runs other
+    # GEMM shapes and cuBLAS may pick other kernels, so greedy tokens may part where eager's two
+    # best logits are closer than that rounding: tokens must agree wherever the margin is wider.
     model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.bfloat16, seed=0)
     eager, graph, backend = decode_both(model, batch)
     assert backend.kind == "cuda"
     eq = compare(eager, graph)
-    assert eq.identical, eq.describe()
-    assert eq.max_abs_logit_diff <= 2e-2
+    assert eq.max_abs_logit_diff <= 2e-2, eq.describe()
+    if not eq.identical:
+        step, seq = eq.first_divergence
+        best, second = eager.logits[step][seq].topk(2).values.tolist()
+        assert best - second <= eq.max_abs_logit_diff, (
+            f"{eq.describe()}: eager's top-2 margin there is {best - second:.3g}, wider than the "
+            "logit difference, so rounding cannot explain it")
 
 
 @pytest.mark.cuda
