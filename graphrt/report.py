@@ -7,6 +7,9 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
+from graphrt import hardware
+from graphrt.bench.roofline import step_cost
+from graphrt.engine import Generation
 from graphrt.equivalence import compare
 from graphrt.runner import RunResult
 
@@ -24,13 +27,24 @@ def header(result: RunResult) -> str:
             f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions")
 
 
-_TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "capture/compile s", "graph MiB")
+_TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "GB/s", "% peak",
+                   "capture/compile s", "graph MiB")
 # fixed widths, so that each row can be printed the moment its mode has run
 _WIDTHS = (10, *(max(len(h), 9) for h in _TIMING_HEADERS[1:]))
 
 
 def _cell(value: float | None, width: int) -> str:
     return ("-" if value is None else f"{value:.3f}").rjust(width)
+
+
+def bandwidth(result: RunResult, gen: Generation) -> tuple[float, float | None]:
+    """Bytes a step must move (weights, the whole static KV cache, the new K/V; bench.roofline)
+    over the median step: bytes/s, and its share of the device's datasheet bandwidth where known."""
+    spec = result.spec
+    cost = step_cost(result.config, spec.batch, spec.seq_len, result.dtype.itemsize)
+    achieved = cost.bytes / (gen.stats.median / 1e3)
+    peak = hardware.peak_for(result.machine["device_name"]) if result.device.type == "cuda" else None
+    return achieved, None if peak is None else achieved / peak.bandwidth
 
 
 def timing_header() -> str:
@@ -44,7 +58,9 @@ def timing_row(result: RunResult, mode: str) -> str:
     """One mode's row, printable as soon as that mode has run."""
     gen = result.generations[mode]
     s, prep = gen.stats, gen.prepare
-    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, prep.seconds or None,
+    achieved, share = bandwidth(result, gen)
+    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, achieved / 1e9,
+              None if share is None else 100 * share, prep.seconds or None,
               prep.memory_bytes / MIB if prep.memory_bytes else None]
     return "  ".join([mode.ljust(_WIDTHS[0]), *(_cell(v, w) for v, w in zip(values, _WIDTHS[1:]))])
 
@@ -83,10 +99,13 @@ def to_dict(result: RunResult) -> dict[str, Any]:
     modes = {}
     for mode, gen in result.generations.items():
         s = gen.stats
+        achieved, share = bandwidth(result, gen)
         modes[mode] = {
             "step_ms": {"median": s.median, "p10": s.p10, "p90": s.p90, "mean": s.mean, "n": s.n},
             "samples_ms": gen.step_ms,
             "tokens_per_s": spec.batch * 1e3 / s.median,
+            "achieved_bandwidth": achieved,  # bytes/s
+            "bandwidth_share_of_peak": share,  # None where the device has no datasheet peak
             "ops_per_step": gen.launches and gen.launches.ops,
             "host_launches_per_step": gen.launches and gen.launches.host_launches,
             "graph_launches_per_step": gen.launches and gen.launches.graph_launches,
