@@ -1,12 +1,13 @@
 # Two entry points, each doing all set-up on a fresh machine:
 #   make run    install graphrt into .venv and run `graphrt run` on the default preset
 #   make test   install graphrt with its test extras (and Nsight Systems where apt is there), run the tests
+# and, for a GPU machine: make gpu-bundle (here), make gpu-check (there), make gpu-rehearsal (here)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 
-.PHONY: run test gpu-check clean
+.PHONY: run test gpu-check gpu-bundle gpu-rehearsal clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +27,16 @@ test: $(VENV)/.test
 	scripts/install-nsys.sh .tools/nsys || echo "Nsight Systems not installed: the nsys tests will be skipped"
 	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-gpu-check: $(VENV)/.test
+gpu-check:
 	scripts/gpu_check.sh
 
+# the wheels the device machine lacks (it has no network), into .whl/
+gpu-bundle: $(BIN)/python
+	PYTHON=$(BIN)/python scripts/gpu_bundle.sh
+
+# every step of the device check on this CPU, in a virtualenv of the device image's packages
+gpu-rehearsal: gpu-bundle
+	RESULTS=results/gpu-rehearsal PYTHON=$(PYTHON) scripts/gpu_check.sh --rehearse
+
 clean:
-	rm -rf $(VENV) .tools
+	rm -rf $(VENV) .tools .rehearse .whl

@@ -1,42 +1,110 @@
 #!/usr/bin/env bash
-# The one prepared check for a CUDA machine, under 5 minutes on an H100/H200:
-#   1. the CUDA-marked tests (CUDA Graph replay against eager, one pool across buckets),
-#   2. `graphrt run --mode all` for qwen2-0.5b in bfloat16 at batch 1 and 8,
-#   3. a torch.profiler trace of eager and graph steps, read back by `graphrt analyze`.
-# It uses the python that holds a CUDA build of torch (PYTHON, default python3) and graphrt
-# from this checkout. Results land in $RESULTS (default: results/).
+# The one prepared check for a CUDA machine (an H100/H200 with no network), about 4 minutes:
+#   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager vs graph at batch 1 and 8
+#   · a batch sweep 1..64 with its PNG · compile (reduce-overhead) at batch 1 · a torch.profiler
+#   trace of eager and graph with NVTX on vs off · what a replay launches besides its graph and
+#   what a profiler session costs later steps · one summary table and gpu-summary.json.
+# Each step has its own time limit and writes its results the moment it ends, into at most 8
+# files under $RESULTS (default results/gpu-check); a failing step is reported and the next runs.
+#
+#   scripts/gpu_check.sh              on the device machine (python3 with a CUDA torch)
+#   scripts/gpu_check.sh --rehearse   every step on this CPU (tiny model, few steps), in a fresh
+#                                     virtualenv holding only the device image's packages
+#
+# Packages the device image lacks come from .whl/ (scripts/gpu_bundle.sh makes it), installed
+# into a temporary directory on PYTHONPATH; this checkout is on PYTHONPATH too, not installed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-py=${PYTHON:-python3}
-results=${RESULTS:-results}
+repo=$PWD
+rehearse=0
+[ "${1:-}" = "--rehearse" ] && rehearse=1
+results=${RESULTS:-results/gpu-check}
 mkdir -p "$results"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-"$py" - <<'PY' || exit 1
-import sys
-import torch
-if not torch.cuda.is_available():
-    sys.exit(f"gpu_check: this python's torch {torch.__version__} sees no CUDA device")
-for module in ("nvtx", "click", "tabulate", "safetensors"):
-    try:
-        __import__(module)
-    except ImportError:
-        sys.exit(f"gpu_check: python package {module!r} is missing: pip install -e . first")
-print(f"torch {torch.__version__} · CUDA {torch.version.cuda} · {torch.cuda.get_device_name()}")
-PY
+main() {
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ $rehearse = 1 ]; then
+  device=cpu model=tiny dtype=float32 steps=8 prompt=16 sweep_args="--max-points 2 --steps 2 --warmup 1 --repeats 1"
+  probe_steps=20 overhead=40
+  py=$(scripts/rehearsal_venv.sh) || { echo "gpu_check: FAILED to build the rehearsal virtualenv"; exit 1; }
+else
+  device=cuda model=qwen2-0.5b dtype=bfloat16 steps=64 prompt=128 sweep_args=""
+  probe_steps=200 overhead=200
+  py=${PYTHON:-python3}
+fi
+echo "== gpu_check $([ $rehearse = 1 ] && echo "rehearsal on the CPU" || echo "on $device") · $(date -u +%FT%TZ)"
+
+# -- packages the image lacks, from .whl/ ---------------------------------------------------------
+site="$work/site"
+for pair in nvtx:nvtx==0.2.11 click:click tabulate:tabulate safetensors:safetensors; do
+  module=${pair%%:*} requirement=${pair#*:}
+  "$py" -c "import $module" 2>/dev/null && continue
+  if ls .whl/*.whl >/dev/null 2>&1 && "$py" -m pip install -q --no-index --no-deps \
+       --find-links .whl --target "$site" "$requirement" 2>"$work/pip.err"; then
+    echo "installed $requirement from .whl/"
+  else
+    echo "cannot install $requirement from .whl/ ($(tail -n 1 "$work/pip.err" 2>/dev/null || echo 'no .whl/')): run scripts/gpu_bundle.sh first"
+  fi
+done
+export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+
+# -- prerequisites: one line each; a missing one skips its steps ----------------------------------
+"$py" scripts/gpu_prereqs.py --device "$device" "$work/have.sh" || { echo "gpu_check: FAILED (prerequisites)"; exit 1; }
+# shellcheck disable=SC1091
+. "$work/have.sh"
 
 status=0
-echo "== graphrt info"
-"$py" -m graphrt info || status=1
-echo "== CUDA tests"
-timeout 150 "$py" -m pytest -q -m cuda -p no:cacheprovider tests || status=1
+declare -A outcome
+step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own time limit
+  local name=$1 limit=$2 have=$3
+  shift 3
+  if [ "$have" != 1 ]; then
+    echo "== $name: skipped (prerequisite missing, above)"; outcome[$name]=skipped
+    [ $rehearse = 1 ] && status=1  # the rehearsal has every prerequisite, or the bundle lacks one
+    return
+  fi
+  echo "== $name (limit ${limit}s)"
+  local start=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  if [ $rc = 0 ]; then outcome[$name]="ok $((SECONDS - start))s"
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then outcome[$name]="TIMEOUT ${limit}s"; status=1
+  else outcome[$name]="FAILED rc=$rc"; status=1
+  fi
+  echo "== $name: ${outcome[$name]}"
+}
+graphrt=("$py" -m graphrt)
+common=(--model "$model" --device "$device" --dtype "$dtype" --prompt-len "$prompt" --steps "$steps")
+
+step info 30 "$have_graphrt" "${graphrt[@]}" info
+step cuda-tests 90 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
+  --junitxml="$work/cuda-tests.xml" tests
 for batch in 1 8; do
-  echo "== graphrt run --mode all --batch $batch (qwen2-0.5b, bfloat16)"
-  timeout 60 "$py" -m graphrt run --model qwen2-0.5b --dtype bfloat16 --batch "$batch" \
-    --mode all --steps 64 --prompt-len 128 --json "$results/gpu-check-b$batch.json" || status=1
+  step "run-b$batch" 90 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
+    --mode both --json "$results/run-b$batch.json"
 done
-echo "== graphrt trace --mode both --profiler torch (qwen2-0.5b, bfloat16, batch 1)"
-timeout 90 "$py" -m graphrt trace --model qwen2-0.5b --dtype bfloat16 --mode both \
-  --profiler torch --out "$results/traces" || status=1
+# shellcheck disable=SC2086
+step sweep 120 "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
+cp "$work"/sweep/*.json "$results/sweep.json" 2>/dev/null
+[ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
+step compile-b1 150 "$have_compile" "${graphrt[@]}" run "${common[@]}" --batch 1 --mode compile \
+  --json "$results/compile-b1.json"
+step trace 120 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --mode both \
+  --profiler torch --overhead "$overhead" --out "$work/traces"
+trace_dir=$(ls -d "$work"/traces/*/ 2>/dev/null | head -n 1)
+if [ -n "$trace_dir" ]; then
+  step analyze 60 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json"
+  tar -czf "$results/traces.tar.gz" -C "$work/traces" .
+fi
+step probe 90 "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
+  --dtype "$dtype" --steps "$probe_steps" --out "$work/probe.json"
+
+# -- one table and gpu-summary.json ---------------------------------------------------------------
+for name in "${!outcome[@]}"; do echo "$name=${outcome[$name]}"; done >"$work/outcomes.txt"
+"$py" scripts/gpu_summary.py "$results" "$work" || status=1
 echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED)"
-exit $status
+return $status
+}
+
+main 2>&1 | tee "$results/gpu-check.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,93 @@
+"""What the device check can run with this python: one line per prerequisite, and a shell file.
+
+usage: python scripts/gpu_prereqs.py --device cuda|cpu SHELL_FILE
+
+Each line says what is there, or what is missing and which steps of the check are skipped for it.
+SHELL_FILE gets `have_graphrt=1`, `have_tests=0`, ... for scripts/gpu_check.sh to source. Exit 1
+only when nothing graphrt can run (no torch, or no CUDA device where one was asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+# importable name -> what a missing one stops
+STEPS = {
+    "graphrt": "every graphrt step",
+    "tests": "the CUDA tests",
+    "compile": "the compile step",
+    "plot": "the sweep's PNG",
+}
+NEEDS = {
+    "graphrt": ("nvtx", "click", "tabulate", "safetensors"),
+    "tests": ("pytest", "hypothesis"),
+    "plot": ("matplotlib",),
+}
+
+
+def _version(module: str) -> str | None:
+    """The installed version of an importable module (its distribution has the same name), or
+    None when it cannot be imported."""
+    try:
+        importlib.import_module(module)
+    except Exception:  # an ImportError, or a package that fails as it loads
+        return None
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return "installed"
+
+
+def _compile_toolchain(device: str) -> list[str]:
+    """What torch.compile lacks here: Triton on CUDA, a C/C++ compiler, Python's headers."""
+    missing = []
+    if device == "cuda" and _version("triton") is None:
+        missing.append("triton")
+    compilers = ("cc", "gcc", "clang") if device == "cuda" else ("g++", "c++", "clang++")
+    if not any(shutil.which(c) for c in compilers):
+        missing.append(f"a compiler ({' or '.join(compilers)}) on PATH")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        missing.append("Python.h (python3-dev)")
+    return missing
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] != "--device" or argv[1] not in ("cuda", "cpu"):
+        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    device, shell_file = argv[1], Path(argv[2])
+    have: dict[str, bool] = {}
+    torch_version = _version("torch")
+    if torch_version is None:
+        print("prereq: MISSING torch: nothing can run")
+        return 1
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        print(f"prereq: MISSING a CUDA device: torch {torch_version} sees none; nothing can run")
+        return 1
+    where = torch.cuda.get_device_name() if device == "cuda" else "the CPU (rehearsal)"
+    print(f"prereq: ok torch {torch_version} (CUDA {torch.version.cuda}) on {where}")
+    for step, modules in NEEDS.items():
+        missing = [m for m in modules if _version(m) is None]
+        have[step] = not missing
+        if missing:
+            print(f"prereq: MISSING {', '.join(missing)}: skipping {STEPS[step]}")
+        else:
+            print(f"prereq: ok {', '.join(f'{m} {_version(m)}' for m in modules)}")
+    lacking = _compile_toolchain(device)
+    have["compile"] = have["graphrt"] and not lacking
+    print(f"prereq: MISSING {', '.join(lacking)}: skipping {STEPS['compile']}" if lacking
+          else "prereq: ok compile toolchain")
+    have["tests"] = have["tests"] and have["graphrt"]
+    shell_file.write_text("".join(f"have_{step}={int(ok)}\n" for step, ok in have.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,183 @@
+"""The device check's one table and gpu-summary.json, from what its steps wrote.
+
+usage: python scripts/gpu_summary.py RESULTS WORK
+
+RESULTS holds run-b1.json, run-b8.json, sweep.json, compile-b1.json (each may be missing: its
+step failed or was skipped); WORK holds outcomes.txt, cuda-tests.xml, probe.json and traces/.
+Prints the table, writes RESULTS/gpu-summary.json; exit 1 if a file a step wrote is unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from graphrt.io import write_json
+
+MIB = 1 << 20
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _outcomes(work: Path) -> dict[str, str]:
+    lines = (work / "outcomes.txt").read_text().splitlines() if (work / "outcomes.txt").exists() else []
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def _tests(work: Path) -> dict[str, int] | None:
+    path = work / "cuda-tests.xml"
+    if not path.exists():
+        return None
+    suite = ET.parse(path).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
+    """One row per mode of a `graphrt run --json`; speedups against its eager mode, or against
+    `eager_ms` (a compile-only run set against the batch-1 run's eager)."""
+    if "eager" in run["modes"]:
+        eager_ms = run["modes"]["eager"]["step_ms"]["median"]
+    rows = []
+    for mode, m in run["modes"].items():
+        eq = m.get("equivalence") or {}
+        rows.append({
+            "batch": run["batch"], "mode": mode, "p10_ms": m["step_ms"]["p10"],
+            "p50_ms": m["step_ms"]["median"], "p90_ms": m["step_ms"]["p90"],
+            "speedup_vs_eager": eager_ms / m["step_ms"]["median"] if eager_ms else None,
+            "kernels_per_step": m["ops_per_step"], "host_launches_per_step": m["host_launches_per_step"],
+            "tokens_identical": eq.get("identical"), "max_abs_logit_diff": eq.get("max_abs_logit_diff"),
+            "achieved_GBps": m["achieved_bandwidth"] / 1e9,
+            "share_of_peak": m["bandwidth_share_of_peak"],
+            "graph_MiB_per_bucket": {bs: {k: v / MIB for k, v in mem.items()}
+                                     for bs, mem in m["graph_memory_per_bucket"].items()},
+            "prepare_s": m["prepare_s"],
+        })
+    return rows
+
+
+def _eager_ms(run: dict) -> float | None:
+    eager = run["modes"].get("eager")
+    return eager["step_ms"]["median"] if eager else None
+
+
+def _memory(per_bucket: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{bs}: " + " / ".join(f"{v:.1f}" for v in mem.values()) for bs, mem in per_bucket.items())
+
+
+def _sweep_rows(sweep: dict) -> list[dict[str, Any]]:
+    rows = []
+    for point in sweep.get("points", []):
+        modes = point["modes"]
+        row = {"batch": point["batch"], "context": point["context"]}
+        for name, m in modes.items():
+            row[f"{name}_ms"] = m["step_ms"]["median"]
+        if "graph" in modes:
+            row["graph_speedup"] = modes["graph"]["speedup_vs_eager"]
+            row["same_tokens"] = modes["graph"]["same_tokens_as_eager"]
+        rows.append(row)
+    return rows
+
+
+def _trace_facts(work: Path) -> dict[str, Any] | None:
+    """GPU idle share per step and NVTX overhead, from the trace step's directory."""
+    dirs = sorted(p for p in (work / "traces").glob("*") if p.is_dir()) if (work / "traces").exists() else []
+    if not dirs:
+        return None
+    summary = _load(dirs[0] / "summary.json") or {}
+    analysis = _load(dirs[0] / "analysis.json")
+    groups = [{"name": g["name"], "steps": g["steps"], **{k: g["medians"].get(k) for k in
+               ("wall_ns", "kernels", "launches", "gpu_busy_ns", "gpu_idle_ns")}}
+              for t in (analysis or {}).get("traces", []) for g in t.get("step_groups", [])]
+    for g in groups:
+        busy, idle = g["gpu_busy_ns"] or 0, g["gpu_idle_ns"] or 0
+        g["gpu_idle_share"] = idle / (busy + idle) if busy + idle else None
+    return {"nvtx_overhead": summary.get("nvtx_overhead"), "steps": groups, "analysis": analysis}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    results, work = Path(argv[0]), Path(argv[1])
+    try:
+        runs = [r for r in (_load(results / f"run-b{b}.json") for b in (1, 8)) if r]
+        sweep, compiled = _load(results / "sweep.json"), _load(results / "compile-b1.json")
+        probe = _load(work / "probe.json")
+        trace = _trace_facts(work)
+    except (json.JSONDecodeError, ET.ParseError, KeyError) as e:
+        print(f"gpu_summary: a result file is unreadable ({e!r})")
+        return 1
+    summary = {
+        "machine": runs[0]["machine"] if runs else None,
+        "steps": _outcomes(work),
+        "cuda_tests": _tests(work),
+        "runs": [row for run in runs for row in _run_rows(run)],
+        "compile_b1": _run_rows(compiled, _eager_ms(runs[0]) if runs else None) if compiled else None,
+        "sweep": _sweep_rows(sweep) if sweep else None,
+        "trace": trace,
+        "probe": probe,
+    }
+    write_json(results / "gpu-summary.json", summary)
+
+    print("== summary")
+    if summary["machine"]:
+        m = summary["machine"]
+        print(f"{m['device_name']} · torch {m['torch']} · CUDA {m['cuda']}")
+    print(tabulate(sorted(summary["steps"].items()), headers=["step", "outcome"]))
+    if summary["cuda_tests"]:
+        print("CUDA tests: " + ", ".join(f"{v} {k}" for k, v in summary["cuda_tests"].items()))
+    keys = ["batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
+            "host_launches_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
+            "share_of_peak", "prepare_s"]
+    rows = summary["runs"] + (summary["compile_b1"] or [])
+    if rows:
+        print(tabulate([[_fmt(r[k]) for k in keys] for r in rows], headers=keys))
+        for r in rows:
+            if r["graph_MiB_per_bucket"]:
+                kinds = " / ".join(k.removesuffix("_bytes") for k in next(iter(r["graph_MiB_per_bucket"].values())))
+                print(f"graph memory, batch {r['batch']}, MiB per bucket ({kinds}): "
+                      f"{_memory(r['graph_MiB_per_bucket'])}")
+    if summary["sweep"]:
+        sweep_keys = list(summary["sweep"][0])
+        print(tabulate([[_fmt(r.get(k)) for k in sweep_keys] for r in summary["sweep"]], headers=sweep_keys))
+    if trace and trace["steps"]:
+        step_keys = ["name", "steps", "kernels", "launches", "wall_ns", "gpu_busy_ns", "gpu_idle_ns", "gpu_idle_share"]
+        print(tabulate([[_fmt(g[k]) for k in step_keys] for g in trace["steps"]], headers=step_keys))
+    if trace and trace["nvtx_overhead"]:
+        o = trace["nvtx_overhead"]
+        print(f"NVTX on vs off (eager step): {100 * o['overhead']:+.2f}% ({o['per_range_us']:.2f} us per range)")
+    if probe:
+        r = probe["replay"]
+        print(f"a replay launches {r['graph_launches_per_replay']:g} graph(s), "
+              f"{r['kernel_launches_per_replay']:g} other launch calls, "
+              f"{r['kernels_outside_the_graph_per_replay']:g} kernels outside the graph: "
+              f"{r['kernels_outside_the_graph'] or 'none'}")
+        for name, t in probe["profiler_tax"].items():
+            print(f"after one torch.profiler session, {name} steps: {t['before_ms']:.3f} -> "
+                  f"{t['after_ms']:.3f} ms ({100 * t['slowdown']:+.1f}%)")
+    print(f"wrote {results / 'gpu-summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

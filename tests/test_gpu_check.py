@@ -1,0 +1,53 @@
+"""The device check's prerequisites: one line for each, and a missing one skips only its steps.
+
+The device machine has no network and lacks packages graphrt needs; the check must say what is
+missing and go on with what can run, never crash as a whole. (The whole check is rehearsed on the
+CPU by `scripts/gpu_check.sh --rehearse`, which CI runs.)
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PREREQS = REPO / "scripts" / "gpu_prereqs.py"
+
+
+def _prereqs(tmp_path, device, *absent):
+    """Run the prerequisite check with `absent` modules failing to import, as if not installed."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for module in absent:
+        (blocked / f"{module}.py").write_text("raise ImportError('not installed')\n")
+    shell = tmp_path / "have.sh"
+    done = subprocess.run([sys.executable, str(PREREQS), "--device", device, str(shell)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(blocked)})
+    have = dict(line.split("=") for line in shell.read_text().split()) if shell.exists() else {}
+    return done, have
+
+
+def test_everything_present_is_one_ok_line_each(tmp_path):
+    done, have = _prereqs(tmp_path, "cpu")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(line.startswith("prereq: ok ") for line in lines), lines
+    assert any("nvtx" in line for line in lines) and any("pytest" in line for line in lines)
+    assert have["have_graphrt"] == have["have_tests"] == have["have_plot"] == "1"
+
+
+def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
+    done, have = _prereqs(tmp_path, "cpu", "nvtx", "hypothesis")
+    assert done.returncode == 0, done.stderr
+    assert "prereq: MISSING nvtx: skipping every graphrt step" in done.stdout
+    assert "prereq: MISSING hypothesis: skipping the CUDA tests" in done.stdout
+    # without graphrt's own dependencies neither the tests nor compile can run; plots still could
+    assert (have["have_graphrt"], have["have_tests"], have["have_compile"], have["have_plot"]) == ("0", "0", "0", "1")
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_no_cuda_device_stops_the_check_with_one_line(tmp_path):
+    done, have = _prereqs(tmp_path, "cuda")
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 1 and have == {}
+    assert len(lines) == 1 and lines[0].startswith("prereq: MISSING a CUDA device"), lines
