@@ -32,6 +32,17 @@ def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_k
     return model
 
 
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_cuda(request, monkeypatch):
+    """Tests not marked `cuda` run on the CPU wherever they run: on a GPU machine `--device auto`
+    (and a scenario's `device = "auto"`) would otherwise pick CUDA, and a figure these tests pin
+    down for the CPU (a TapeGraph, bitwise fp32 equality) would be checked against another device.
+    Child processes are told the same through CUDA_VISIBLE_DEVICES."""
+    if request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture(params=[False, True], ids=["untied", "tied"])
 def tiny_config(request) -> ModelConfig:
     """`tiny` (4 query heads, 2 KV heads: GQA groups of 2), with and without tied embeddings."""
