@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The one prepared check for a CUDA machine (an H100/H200 with no network), about 4 minutes:
+# The one prepared check for a CUDA machine (an H100/H200 with no network), within a 240 s budget:
 #   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager vs graph at batch 1 and 8
 #   · a batch sweep 1..64 with its PNG · compile (reduce-overhead) at batch 1 · a torch.profiler
 #   trace of eager and graph with NVTX on vs off · what a replay launches besides its graph and
 #   what a profiler session costs later steps · one summary table and gpu-summary.json.
-# Each step has its own time limit and writes its results the moment it ends, into at most 8
-# files under $RESULTS (default results/gpu-check); a failing step is reported and the next runs.
+# Each step has its own time limit (cut to what is left of GPU_CHECK_BUDGET, default 240 s) and
+# writes its results the moment it ends, into at most 8 files under $RESULTS (default
+# results/gpu-check); a failing step is reported and the next one runs.
 #
 #   scripts/gpu_check.sh              on the device machine (python3 with a CUDA torch)
 #   scripts/gpu_check.sh --rehearse   every step on this CPU (tiny model, few steps), in a fresh
@@ -26,11 +27,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ $rehearse = 1 ]; then
   device=cpu model=tiny dtype=float32 steps=8 prompt=16 sweep_args="--max-points 2 --steps 2 --warmup 1 --repeats 1"
-  probe_steps=20 overhead=40
+  probe_steps=20 overhead=40 budget=900 slower=3  # a 2-core CPU takes longer over the real sweep
   py=$(scripts/rehearsal_venv.sh) || { echo "gpu_check: FAILED to build the rehearsal virtualenv"; exit 1; }
 else
   device=cuda model=qwen2-0.5b dtype=bfloat16 steps=64 prompt=128 sweep_args=""
-  probe_steps=200 overhead=200
+  probe_steps=200 overhead=200 budget=${GPU_CHECK_BUDGET:-240} slower=1
   py=${PYTHON:-python3}
 fi
 echo "== gpu_check $([ $rehearse = 1 ] && echo "rehearsal on the CPU" || echo "on $device") · $(date -u +%FT%TZ)"
@@ -56,9 +57,14 @@ export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PY
 
 status=0
 declare -A outcome
-step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own time limit
-  local name=$1 limit=$2 have=$3
+step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own limit, within the budget
+  local name=$1 limit=$(($2 * slower)) have=$3 left=$((budget - SECONDS))
   shift 3
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then
+    echo "== $name: skipped (the check's ${budget}s budget is spent)"; outcome[$name]="skipped: no time"
+    status=1; return
+  fi
   if [ "$have" != 1 ]; then
     echo "== $name: skipped (prerequisite missing, above)"; outcome[$name]=skipped
     [ $rehearse = 1 ] && status=1  # the rehearsal has every prerequisite, or the bundle lacks one
@@ -76,28 +82,29 @@ step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own time li
 graphrt=("$py" -m graphrt)
 common=(--model "$model" --device "$device" --dtype "$dtype" --prompt-len "$prompt" --steps "$steps")
 
-step info 30 "$have_graphrt" "${graphrt[@]}" info
-step cuda-tests 90 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
+# most telling first: if the budget runs out, what is left undone matters least
+step info 20 "$have_graphrt" "${graphrt[@]}" info
+step cuda-tests 60 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
   --junitxml="$work/cuda-tests.xml" tests
 for batch in 1 8; do
-  step "run-b$batch" 90 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
+  step "run-b$batch" 45 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
     --mode both --json "$results/run-b$batch.json"
 done
-# shellcheck disable=SC2086
-step sweep 120 "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
-cp "$work"/sweep/*.json "$results/sweep.json" 2>/dev/null
-[ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
-step compile-b1 150 "$have_compile" "${graphrt[@]}" run "${common[@]}" --batch 1 --mode compile \
-  --json "$results/compile-b1.json"
-step trace 120 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --mode both \
+step trace 45 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --mode both \
   --profiler torch --overhead "$overhead" --out "$work/traces"
 trace_dir=$(ls -d "$work"/traces/*/ 2>/dev/null | head -n 1)
 if [ -n "$trace_dir" ]; then
-  step analyze 60 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json"
+  step analyze 20 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json"
   tar -czf "$results/traces.tar.gz" -C "$work/traces" .
 fi
-step probe 90 "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
+step probe 45 "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
   --dtype "$dtype" --steps "$probe_steps" --out "$work/probe.json"
+# shellcheck disable=SC2086
+step sweep 60 "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
+cp "$work"/sweep/*.json "$results/sweep.json" 2>/dev/null
+[ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
+step compile-b1 90 "$have_compile" "${graphrt[@]}" run "${common[@]}" --batch 1 --mode compile \
+  --json "$results/compile-b1.json"
 
 # -- one table and gpu-summary.json ---------------------------------------------------------------
 for name in "${!outcome[@]}"; do echo "$name=${outcome[$name]}"; done >"$work/outcomes.txt"

@@ -274,3 +274,32 @@ def test_cuda_capture_refuses_a_host_sync_naming_the_op() -> None:
     x = torch.randn(5, device="cuda")
     with pytest.raises(GraphCaptureError, match="_local_scalar_dense"):
         capture(lambda: x * x.sum().item(), device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_failed_cuda_capture_gives_the_callers_stream_back() -> None:
+    # torch.cuda.graph makes its capture stream current and, when ending the capture raises,
+    # never restores the previous one: every later op would queue on the capture stream.
+    x = torch.randn(5, device="cuda")
+    before = torch.cuda.current_stream()
+    with pytest.raises(GraphCaptureError):
+        capture(lambda: x * x.sum().item(), device="cuda")
+    assert torch.cuda.current_stream() == before
+    assert torch.equal(x * 2, x + x)  # and the device still computes
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_captures_into_one_pool_warm_up_and_capture_on_its_one_stream() -> None:
+    # one side stream per pool: a fresh stream per capture strands a cuBLAS workspace each
+    pool = new_pool("cuda")
+    w = torch.randn(64, 64, device="cuda")
+    free = []
+    for rows in (32, 16, 8, 4):
+        x = torch.randn(rows, 64, device="cuda")
+        graph, _ = capture(lambda x=x: x @ w, device="cuda", pool=pool)
+        free.append(graph.device_bytes)
+    assert pool.stream is not None
+    # a cuBLAS workspace is 32 MiB on Hopper: the later captures, on the same stream, take none
+    assert max(free[1:]) < 16 << 20, [f / (1 << 20) for f in free]
