@@ -12,8 +12,8 @@
 #   scripts/gpu_check.sh --rehearse   every step on this CPU (tiny model, few steps), in a fresh
 #                                     virtualenv holding only the device image's packages
 #
-# Packages the device image lacks come from .whl/ (scripts/gpu_bundle.sh makes it), installed
-# into a temporary directory on PYTHONPATH; this checkout is on PYTHONPATH too, not installed.
+# Packages the device image lacks come from .whl/ (scripts/gpu_bundle.sh makes it), unpacked
+# into a temporary directory on PYTHONPATH (no pip needed); this checkout is on PYTHONPATH too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -38,16 +38,11 @@ echo "== gpu_check $([ $rehearse = 1 ] && echo "rehearsal on the CPU" || echo "o
 
 # -- packages the image lacks, from .whl/ ---------------------------------------------------------
 site="$work/site"
-for pair in nvtx:nvtx==0.2.11 click:click tabulate:tabulate safetensors:safetensors; do
-  module=${pair%%:*} requirement=${pair#*:}
-  "$py" -c "import $module" 2>/dev/null && continue
-  if ls .whl/*.whl >/dev/null 2>&1 && "$py" -m pip install -q --no-index --no-deps \
-       --find-links .whl --target "$site" "$requirement" 2>"$work/pip.err"; then
-    echo "installed $requirement from .whl/"
-  else
-    echo "cannot install $requirement from .whl/ ($(tail -n 1 "$work/pip.err" 2>/dev/null || echo 'no .whl/')): run scripts/gpu_bundle.sh first"
-  fi
+missing=()
+for module in nvtx click tabulate safetensors; do
+  "$py" -c "import $module" 2>/dev/null || missing+=("$module")
 done
+[ ${#missing[@]} = 0 ] || "$py" scripts/install_wheels.py .whl "$site" "${missing[@]}"
 export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 # -- prerequisites: one line each; a missing one skips its steps ----------------------------------

@@ -51,3 +51,26 @@ def test_no_cuda_device_stops_the_check_with_one_line(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 1 and have == {}
     assert len(lines) == 1 and lines[0].startswith("prereq: MISSING a CUDA device"), lines
+
+
+def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
+    import platform
+    import zipfile
+
+    wheels, site = tmp_path / "whl", tmp_path / "site"
+    wheels.mkdir()
+    minor, machine = sys.version_info.minor, platform.machine()
+    made = {  # file name -> the module it holds
+        f"demo-1.0-cp3{minor + 1}-cp3{minor + 1}-manylinux_2_17_{machine}.whl": "wrong_python",
+        f"demo-1.0-cp3{minor}-cp3{minor}-win_amd64.whl": "wrong_platform",
+        f"demo-1.0-cp3{minor}-cp3{minor}-manylinux_2_17_{machine}.manylinux2014_{machine}.whl": "demo",
+        f"stable-2.0-cp3{minor - 1}-abi3-manylinux_2_17_{machine}.whl": "stable",
+    }
+    for name, module in made.items():
+        with zipfile.ZipFile(wheels / name, "w") as archive:
+            archive.writestr(f"{module}/__init__.py", f"NAME = {module!r}\n")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "install_wheels.py"), str(wheels),
+                           str(site), "demo", "stable", "absent"], capture_output=True, text=True)
+    assert done.returncode == 1  # "absent" has no wheel
+    assert sorted(p.name for p in site.iterdir()) == ["demo", "stable"]
+    assert "no wheel of absent" in done.stdout and "run scripts/gpu_bundle.sh" in done.stdout
