@@ -52,9 +52,11 @@ export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PY
 
 status=0
 declare -A outcome
+order=()
 step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own limit, within the budget
   local name=$1 limit=$(($2 * slower)) have=$3 left=$((budget - SECONDS))
   shift 3
+  order+=("$name")
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 10 ]; then
     echo "== $name: skipped (the check's ${budget}s budget is spent)"; outcome[$name]="skipped: no time"
@@ -102,7 +104,7 @@ step compile-b1 90 "$have_compile" "${graphrt[@]}" run "${common[@]}" --batch 1 
   --json "$results/compile-b1.json"
 
 # -- one table and gpu-summary.json ---------------------------------------------------------------
-for name in "${!outcome[@]}"; do echo "$name=${outcome[$name]}"; done >"$work/outcomes.txt"
+for name in "${order[@]}"; do echo "$name=${outcome[$name]}"; done >"$work/outcomes.txt"
 "$py" scripts/gpu_summary.py "$results" "$work" || status=1
 echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED)"
 return $status

@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
     if summary["machine"]:
         m = summary["machine"]
         print(f"{m['device_name']} · torch {m['torch']} · CUDA {m['cuda']}")
-    print(tabulate(sorted(summary["steps"].items()), headers=["step", "outcome"]))
+    print(tabulate(summary["steps"].items(), headers=["step", "outcome"]))
     if summary["cuda_tests"]:
         print("CUDA tests: " + ", ".join(f"{v} {k}" for k, v in summary["cuda_tests"].items()))
     keys = ["batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
