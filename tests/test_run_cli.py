@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -110,3 +112,12 @@ def test_json_into_a_path_that_is_a_file(cli, tmp_path):
     blocker.write_text("x")
     one_line_error(cli("run", "--model", "tiny", "--steps", 4, "--json", blocker / "run.json"),
                    "cannot write")
+
+
+def test_a_run_prints_no_third_party_warning(tmp_path):
+    # a fresh process, so that warnings raised while torch and friends import are seen too
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-m", "graphrt", "run", "--model", "tiny", "--steps", "3",
+                           "--mode", "both"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["running eager…", "running graph…"]
