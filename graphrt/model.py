@@ -84,13 +84,23 @@ class Qwen2Attention(nn.Module):
         self.scale = d ** -0.5
         self.cache: KVCache | None = None
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, C] -> q [B, T, H, D], k, v [B, T, K, D], rotary applied to q and k."""
         b, t, _ = x.shape
-        k_heads, g, d = self.kv_heads, self.heads // self.kv_heads, self.head_dim
-        q = apply_rotary(self.q_proj(x).view(b, t, self.heads, d), cos, sin)
-        k = apply_rotary(self.k_proj(x).view(b, t, k_heads, d), cos, sin)
-        v = self.v_proj(x).view(b, t, k_heads, d)
+        q = apply_rotary(self.q_proj(x).view(b, t, self.heads, self.head_dim), cos, sin)
+        k = apply_rotary(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), cos, sin)
+        return q, k, self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+        """The attention core: write k, v at positions [B, T], attend over the cache under
+        mask [B, T, S]; returns the heads side by side [B, T, H*D], before o_proj.
+
+        The one part of a step whose cost grows with the context (and which a piecewise
+        graph leaves eager); everything before and after it is a projection."""
+        b, t, _, d = q.shape
+        k_heads, g = self.kv_heads, self.heads // self.kv_heads
         keys, values = self.cache.update(positions, k, v)  # [B, K, S, D]
 
         # GQA without copying K/V: the G query heads that share a KV head become G*T rows
@@ -100,7 +110,11 @@ class Qwen2Attention(nn.Module):
         scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = probs.view(b, k_heads, g * t, -1) @ values  # [B, K, G*T, D]
-        return self.o_proj(out.view(b, k_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d))
+        return out.view(b, k_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(self.attend(*self.project(x, cos, sin), positions, mask))
 
 
 class Qwen2MLP(nn.Module):
@@ -125,7 +139,21 @@ class Qwen2DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, mask, cos, sin)
+        return self._mlp_block(x + self.self_attn(self.input_layernorm(x), positions, mask, cos, sin))
+
+    # The same layer in the three parts a piecewise step runs it in: `qkv` and `finish` around
+    # `self_attn.attend`. `forward` is exactly finish(x, attend(*qkv(x, ...), ...)).
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The residual stream x [B, T, C] -> this layer's q, k, v (see `Qwen2Attention.project`)."""
+        return self.self_attn.project(self.input_layernorm(x), cos, sin)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """x [B, T, C] and the attention core's output [B, T, H*D] -> the layer's output."""
+        return self._mlp_block(x + self.self_attn.o_proj(attended))
+
+    def _mlp_block(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -168,12 +196,23 @@ class Qwen2ForCausalLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """tokens, positions [B, T] -> logits [B, T, V]; writes K/V at `positions`."""
+        x, mask, cos, sin = self.embed(tokens, positions)
+        for layer in self.model.layers:
+            x = layer(x, positions, mask, cos, sin)
+        return self.head(x)
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens, positions [B, T] -> the residual stream x [B, T, C], the attention mask
+        [B, T, S] and rotary cos, sin [B, T, 1, D]: what every layer reads."""
         # query at position p sees cache slots 0..p: the mask is built on the device
         mask = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
         x = self.model.embed_tokens(tokens)
         cos, sin = self.rotary(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, positions, mask, cos, sin)
+        return x, mask, cos, sin
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output [B, T, C] -> logits [B, T, V]."""
         return self.lm_head(self.model.norm(x))
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
