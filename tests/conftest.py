@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from hypothesis import strategies as st
 
 from graphrt.config import PRESETS, ModelConfig
 
@@ -56,3 +57,17 @@ def cli():
 
     runner = CliRunner()
     return lambda *args: runner.invoke(main, [str(a) for a in args])
+
+
+@st.composite
+def small_decodes(draw, max_layers: int = 2):
+    """(config, batch, prompt_len, seed): a small random Qwen2 shape (GQA groups of 1 to 3,
+    head dims 4 to 16) and a decode of it, for property tests of a backend against eager."""
+    kv_heads, groups = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3]))
+    head_dim, layers = draw(st.sampled_from([4, 8, 16])), draw(st.integers(1, max_layers))
+    heads = kv_heads * groups
+    config = ModelConfig("random", vocab_size=97, hidden_size=heads * head_dim, intermediate_size=24,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, rope_theta=10_000.0)
+    return (config, draw(st.sampled_from([1, 2, 4])), draw(st.integers(1, 9)),
+            draw(st.integers(0, 99)))

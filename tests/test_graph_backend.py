@@ -8,11 +8,11 @@ as CUDA graphs; the CUDA tests at the end run the same checks with real CUDA gra
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
-from graphrt.config import PRESETS, ModelConfig
+from graphrt.backends.piecewise import PiecewiseBackend
+from graphrt.config import PRESETS
 from graphrt.engine import decode, random_prompt
 from graphrt.equivalence import compare
 from graphrt.errors import GraphrtError
@@ -20,14 +20,19 @@ from graphrt.graphs import GraphCaptureError
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.weights import build_model, random_init
 
+from conftest import small_decodes
+
 CPU = torch.device("cpu")
+# both graph backends: the full step as one graph, and piecewise graphs around eager attention
+GRAPH_BACKENDS = pytest.mark.parametrize("backend_class", [GraphBackend, PiecewiseBackend],
+                                         ids=["graph", "piecewise"])
 
 
-def decode_both(model, batch, prompt_len=6, steps=32, seed=0, graph=None):
+def decode_both(model, batch, prompt_len=6, steps=32, seed=0, graph=None, backend_class=GraphBackend):
     """Eager, then graph, on one model and one cache; the graph backend captured beforehand
     (or reused, when given)."""
     if graph is None:
-        graph = GraphBackend(model)
+        graph = backend_class(model)
         model.setup_cache(graph.cache_rows(batch), prompt_len + steps)
         graph.prepare(batch)
     prompt = random_prompt(batch, prompt_len, model.config.vocab_size, seed)
@@ -48,18 +53,20 @@ def test_replay_is_bitwise_eager(tiny, batch):
     assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
 
 
-def test_padded_batch_generates_the_same_tokens(tiny):
+@GRAPH_BACKENDS
+def test_padded_batch_generates_the_same_tokens(tiny, backend_class):
     # batch 3 replays the bucket-4 graph. Its logits equal eager's to float32 rounding, not
     # bitwise: the matmuls run with M=4 instead of 3, and CPU BLAS picks kernels by shape.
-    eager, graph, backend = decode_both(tiny, 3)
+    eager, graph, backend = decode_both(tiny, 3, backend_class=backend_class)
     assert backend.bucket(3) == 4
     eq = compare(eager, graph)
     assert eq.identical, eq.describe()
     assert eq.max_abs_logit_diff <= 1e-5
 
 
-def test_a_new_prefill_reuses_the_captured_graphs(tiny):
-    _, _, backend = decode_both(tiny, 8)
+@GRAPH_BACKENDS
+def test_a_new_prefill_reuses_the_captured_graphs(tiny, backend_class):
+    _, _, backend = decode_both(tiny, 8, backend_class=backend_class)
     captured = dict(backend.graphs)
     eager, graph, _ = decode_both(tiny, 8, seed=1, graph=backend)  # new prompt, same graphs
     assert backend.graphs == captured
@@ -77,15 +84,9 @@ def test_recapture_replays_the_same(tiny):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kv_heads=st.sampled_from([1, 2]), groups=st.sampled_from([1, 2, 3]),
-       head_dim=st.sampled_from([4, 8, 16]), layers=st.integers(1, 2),
-       batch=st.sampled_from([1, 2, 4]), prompt_len=st.integers(1, 9), seed=st.integers(0, 99))
-def test_replay_equals_eager_for_random_configs(kv_heads, groups, head_dim, layers, batch,
-                                                 prompt_len, seed):
-    heads = kv_heads * groups
-    config = ModelConfig("random", vocab_size=97, hidden_size=heads * head_dim, intermediate_size=24,
-                         num_hidden_layers=layers, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, rope_theta=10_000.0)
+@given(small_decodes())
+def test_replay_equals_eager_for_random_configs(case):
+    config, batch, prompt_len, seed = case
     model = build_model(config, CPU, torch.float32, seed=seed)
     eager, graph, _ = decode_both(model, batch, prompt_len=prompt_len, steps=6, seed=seed)
     assert torch.equal(eager.tokens, graph.tokens)
@@ -134,13 +135,14 @@ def test_a_step_with_a_host_sync_fails_at_capture_naming_the_op():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@GRAPH_BACKENDS
 @pytest.mark.parametrize("batch", [1, 3, 8])
-def test_cuda_graph_replay_generates_eager_tokens(batch):
+def test_cuda_graph_replay_generates_eager_tokens(backend_class, batch):
     # bf16: logits within bf16 rounding of the values. A padded batch (3 -> bucket 4) runs other
     # GEMM shapes and cuBLAS may pick other kernels, so greedy tokens may part where eager's two
     # best logits are closer than that rounding: tokens must agree wherever the margin is wider.
     model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.bfloat16, seed=0)
-    eager, graph, backend = decode_both(model, batch)
+    eager, graph, backend = decode_both(model, batch, backend_class=backend_class)
     assert backend.kind == "cuda"
     eq = compare(eager, graph)
     assert eq.max_abs_logit_diff <= 2e-2, eq.describe()
@@ -154,11 +156,12 @@ def test_cuda_graph_replay_generates_eager_tokens(batch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_buckets_share_one_pool_largest_first():
+@GRAPH_BACKENDS
+def test_cuda_buckets_share_one_pool_largest_first(backend_class):
     model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.float32, seed=0)
-    backend = GraphBackend(model)
+    backend = backend_class(model)
     model.setup_cache(8, 38)
-    backend.prepare(8)
+    report = backend.prepare(8)
     assert list(backend.graphs) == [8, 4, 2, 1]  # capture order, largest first
-    sizes = [backend.graphs[b][0].memory_bytes for b in (8, 4, 2, 1)]
+    sizes = [report.buckets[b]["pool_bytes"] for b in (8, 4, 2, 1)]
     assert sizes[0] > 0 and sum(sizes[1:]) <= sizes[0]  # the smaller ones reuse its pool

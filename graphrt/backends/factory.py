@@ -6,11 +6,12 @@ from graphrt.backends import Backend
 from graphrt.backends.compiled import CompileBackend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
+from graphrt.backends.piecewise import PiecewiseBackend
 from graphrt.errors import GraphrtError
 from graphrt.model import Qwen2ForCausalLM
 
-MODES = ("eager", "graph", "compile")
-GROUPS = {"both": ("eager", "graph"), "all": ("eager", "graph", "compile")}
+MODES = ("eager", "piecewise", "graph", "compile")
+GROUPS = {"both": ("eager", "graph"), "all": ("eager", "piecewise", "graph", "compile")}
 
 
 def expand_modes(mode: str) -> tuple[str, ...]:
@@ -25,6 +26,8 @@ def expand_modes(mode: str) -> tuple[str, ...]:
 def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None) -> Backend:
     if mode == "graph":
         return GraphBackend(model, buckets)
+    if mode == "piecewise":
+        return PiecewiseBackend(model, buckets)
     if mode == "compile":
         return CompileBackend(model)
     return EagerBackend(model)

@@ -8,7 +8,7 @@ import torch
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
-from graphrt.graphs import CudaGraph, Graph, capture, graph_kind, new_pool
+from graphrt.graphs import CudaGraph, Graph, GraphPool, capture, graph_kind, new_pool
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
 
@@ -34,10 +34,11 @@ def default_buckets(max_batch: int) -> tuple[int, ...]:
     return tuple(buckets)
 
 
-def _bucket_memory(graph: Graph) -> dict[str, int]:
-    memory = {"pool_bytes": graph.memory_bytes}
-    if isinstance(graph, CudaGraph):
-        memory["device_bytes"] = graph.device_bytes
+def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int]:
+    """What one bucket's graphs (one, or a piecewise step's several) took, summed."""
+    memory = {"pool_bytes": sum(graph.memory_bytes for graph in graphs)}
+    if all(isinstance(graph, CudaGraph) for graph in graphs):
+        memory["device_bytes"] = sum(graph.device_bytes for graph in graphs)
     return memory
 
 
@@ -83,32 +84,46 @@ class GraphBackend(Backend):
         if rows > self.model.max_batch:
             raise GraphrtError(f"the KV cache holds {self.model.max_batch} rows, bucket {rows} needs more")
         device = self.model.lm_head.weight.device
-        # static inputs: every replay reads these, so each step copies its inputs in
-        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+        self._allocate_inputs(rows, device)
         pool = new_pool(device)
         start = time.perf_counter()
         with torch.inference_mode():
             for bs in sorted(self.buckets, reverse=True):  # largest first: smaller ones reuse its pool
                 with nvtx_range(f"capture[bs={bs}]"):
-                    self.graphs[bs] = capture(
-                        lambda bs=bs: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
-                        device=device, pool=pool)
+                    self._capture_bucket(bs, pool)
         seconds = time.perf_counter() - start
-        memory = sum(graph.memory_bytes for graph, _ in self.graphs.values())
-        per_bucket = {bs: _bucket_memory(graph) for bs, (graph, _) in self.graphs.items()}
+        graphs = {bs: self._bucket_graphs(bs) for bs in self.graphs}
+        memory = sum(graph.memory_bytes for bucket in graphs.values() for graph in bucket)
+        per_bucket = {bs: _bucket_memory(bucket) for bs, bucket in graphs.items()}
         notes = [] if self.kind == "cuda" else [
-            "graph runs as a TapeGraph here: CUDA-graph semantics without a GPU, a correctness check, "
-            "not a speed claim (launch overhead exists only on CUDA)"]
+            f"{self.name} runs on TapeGraphs here: CUDA-graph semantics without a GPU, a correctness "
+            "check, not a speed claim (launch overhead exists only on CUDA)"]
         return PrepareReport(seconds, memory, notes, per_bucket)
+
+    def _allocate_inputs(self, rows: int, device: torch.device) -> None:
+        """The static inputs every replay reads, so each step copies its inputs in."""
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+
+    def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
+        self.graphs[bs] = capture(lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
+                                  device=pool.device, pool=pool)
+
+    def _bucket_graphs(self, bs: int) -> tuple[Graph, ...]:
+        """The graphs bucket `bs` captured."""
+        return (self.graphs[bs][0],)
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         batch = tokens.shape[0]
         bs = self.bucket(batch)
-        graph, logits = self.graphs[bs]
         with nvtx_range("copy_in"):
             self.tokens[:batch].copy_(tokens)
             self.positions[:batch].copy_(positions)
+        return self._run_bucket(bs)[:batch]
+
+    def _run_bucket(self, bs: int) -> torch.Tensor:
+        """Run bucket `bs` on the static inputs; its static logits [bs, V]."""
+        graph, logits = self.graphs[bs]
         with nvtx_range(f"replay[bs={bs}]"):
             graph.replay()
-        return logits[:batch]
+        return logits

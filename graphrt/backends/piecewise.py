@@ -1,0 +1,109 @@
+"""Piecewise graphs: every stretch of the step between attention cores is a graph, the cores
+run eagerly between replays (vLLM's default capture).
+
+For L layers a bucket's step is L+1 graphs around L eager attention cores:
+
+    piece 0      embedding, mask, rotary, layer 0's input norm, q/k/v projections and rotary
+    core i       layer i's attention core: KV-cache write, scores, softmax, values (eager)
+    piece i      layer i-1's o_proj, residual, MLP; layer i's norm, q/k/v and rotary (0 < i < L)
+    piece L      layer L-1's o_proj, residual, MLP; the final norm and lm_head
+
+The graphs are the graph backend's: the same buckets, static inputs and one memory pool for
+every piece of every bucket. A core reads the q/k/v its piece left in graph memory and writes
+its result into one static hand-off buffer, which the next piece reads: a graph reads only
+fixed addresses, and the cores run in the order the pieces need them, so one buffer serves
+every layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from graphrt.backends.graph import GraphBackend
+from graphrt.graphs import Graph, GraphPool, capture
+from graphrt.model import Qwen2DecoderLayer
+from graphrt.nvtx import nvtx_range
+
+
+@dataclass(frozen=True, eq=False)
+class Pieces:
+    """One bucket's step: `graphs[i]` replays, then `cores[i]` runs, ..., then `graphs[-1]`."""
+
+    graphs: tuple[Graph, ...]  # L + 1, in step order
+    cores: tuple[Callable[[], None], ...]  # L: layer i's attention core, into the hand-off buffer
+    graph_ranges: tuple[str, ...]  # NVTX range names, made once rather than at every step
+    core_ranges: tuple[str, ...]
+
+
+class PiecewiseBackend(GraphBackend):
+    """L+1 graphs per bucket around L eager attention cores; see the module docstring.
+
+    `graphs[bs]` is `(Pieces, static logits [bs, V])`.
+    """
+
+    name = "piecewise"
+
+    def _allocate_inputs(self, rows: int, device: torch.device) -> None:
+        super()._allocate_inputs(rows, device)
+        cfg = self.model.config
+        # the attention core's output [rows, 1, H*D]: what each piece after the first reads
+        self.attended = torch.zeros(rows, 1, cfg.num_attention_heads * cfg.head_dim,
+                                    dtype=self.model.lm_head.weight.dtype, device=device)
+
+    def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
+        model, layers = self.model, list(self.model.model.layers)
+        tokens, positions, attended = self.tokens[:bs], self.positions[:bs].unsqueeze(1), self.attended[:bs]
+
+        def grab(fn: Callable[[], tuple]) -> tuple:
+            graph, out = capture(fn, device=pool.device, pool=pool)
+            graphs.append(graph)
+            return out
+
+        def first() -> tuple[torch.Tensor, ...]:
+            x, mask, cos, sin = model.embed(tokens, positions)
+            return (x, mask, cos, sin, *layers[0].qkv(x, cos, sin))
+
+        def middle(x: torch.Tensor, done: Qwen2DecoderLayer, layer: Qwen2DecoderLayer
+                   ) -> tuple[torch.Tensor, ...]:
+            x = done.finish(x, attended)
+            return (x, *layer.qkv(x, cos, sin))
+
+        graphs: list[Graph] = []
+        x, mask, cos, sin, *qkv = grab(first)
+        cores = [self._core(layers[0], qkv, positions, mask, attended)]
+        for done, layer in zip(layers, layers[1:]):
+            x, *qkv = grab(lambda x=x, done=done, layer=layer: middle(x, done, layer))
+            cores.append(self._core(layer, qkv, positions, mask, attended))
+        logits = grab(lambda x=x: model.head(layers[-1].finish(x, attended))[:, -1])
+        self.graphs[bs] = (Pieces(
+            tuple(graphs), tuple(cores),
+            tuple(f"replay[bs={bs},piece={i}]" for i in range(len(graphs))),
+            tuple(f"attend[bs={bs},layer={i}]" for i in range(len(cores)))), logits)
+
+    @staticmethod
+    def _core(layer: Qwen2DecoderLayer, qkv: list[torch.Tensor], positions: torch.Tensor,
+              mask: torch.Tensor, attended: torch.Tensor) -> Callable[[], None]:
+        q, k, v = qkv
+
+        def core() -> None:
+            attended.copy_(layer.self_attn.attend(q, k, v, positions, mask))
+
+        return core
+
+    def _bucket_graphs(self, bs: int) -> tuple[Graph, ...]:
+        return self.graphs[bs][0].graphs
+
+    def _run_bucket(self, bs: int) -> torch.Tensor:
+        pieces, logits = self.graphs[bs]
+        for graph, name, core, core_name in zip(pieces.graphs, pieces.graph_ranges, pieces.cores,
+                                                pieces.core_ranges):
+            with nvtx_range(name):
+                graph.replay()
+            with nvtx_range(core_name):
+                core()
+        with nvtx_range(pieces.graph_ranges[-1]):
+            pieces.graphs[-1].replay()
+        return logits
