@@ -68,11 +68,14 @@ def timing_row(result: RunResult, mode: str) -> str:
 def launches_table(result: RunResult) -> str:
     """What one step of each mode launches, counted after every mode was timed."""
     cuda = result.device.type == "cuda"
-    headers = ["mode", *(["kernels/step", "launches/step"] if cuda else ["aten ops/step"])]
+    headers = ["mode", *(["kernels/step", "graph launches/step", "kernel launches/step"] if cuda
+                         else ["aten ops/step"])]
     rows = []
     for mode, gen in result.generations.items():
         counted = gen.launches
-        rows.append([mode, counted and counted.ops, *([counted and counted.host_launches] if cuda else [])])
+        rows.append([mode, counted and counted.ops,
+                     *([counted and counted.graph_launches, counted and counted.kernel_launches]
+                       if cuda else [])])
     return tabulate(rows, headers=headers, missingval="-")
 
 
@@ -109,6 +112,7 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "ops_per_step": gen.launches and gen.launches.ops,
             "host_launches_per_step": gen.launches and gen.launches.host_launches,
             "graph_launches_per_step": gen.launches and gen.launches.graph_launches,
+            "kernel_launches_per_step": gen.launches and gen.launches.kernel_launches,
             "prepare_s": gen.prepare.seconds,
             "graph_memory_bytes": gen.prepare.memory_bytes,
             "graph_memory_per_bucket": {str(bs): m for bs, m in gen.prepare.buckets.items()},

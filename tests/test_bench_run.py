@@ -59,7 +59,7 @@ def test_baseline_json_holds_every_point_and_mode(baseline):
     assert doc["format"] == "graphrt-bench/1" and doc["partial"] is False and doc["stopped_at"] is None
     assert doc["scenario"]["overridden"] == ["steps", "repeats"] and doc["scenario"]["steps"] == 3
     assert doc["machine"]["device"] == "cpu" and doc["machine"]["measured"]["copy_bandwidth"] > 0
-    expected_modes = ["eager", "graph", *(["hf"] if HAS_TRANSFORMERS else [])]
+    expected_modes = ["eager", "piecewise", "graph", *(["hf"] if HAS_TRANSFORMERS else [])]
     assert doc["modes"] == expected_modes
     config = PRESETS["tiny"]
     assert [(p["batch"], p["context"]) for p in doc["points"]] == [
@@ -77,6 +77,7 @@ def test_baseline_json_holds_every_point_and_mode(baseline):
             assert m["roofline"]["bound"] in ("memory", "compute")
         assert p["modes"]["eager"]["speedup_vs_eager"] == 1.0
         assert p["modes"]["graph"]["same_tokens_as_eager"] is True
+        assert p["modes"]["piecewise"]["same_tokens_as_eager"] is True
         if HAS_TRANSFORMERS:  # it keeps its own positions: comparable only from the prompt's end
             assert p["modes"]["hf"]["same_tokens_as_eager"] is None
         # the cache holds the largest graph bucket's rows: the batch itself for powers of two

@@ -28,7 +28,7 @@ def test_shipped_scenarios_parse_and_sweep_what_they_promise():
     assert loaded["baseline"].models == ("tiny",)
     batch = loaded["batch_sweep"]
     assert batch.models == ("qwen2-0.5b",) and batch.batch_sizes == (1, 2, 4, 8, 16, 32, 64)
-    assert batch.modes == ("eager", "graph", "compile")
+    assert batch.modes == ("eager", "piecewise", "graph", "compile")
     context = loaded["context_sweep"]
     assert context.batch_sizes == (1,) and context.context_lengths[0] == 128
     assert context.context_lengths[-1] == 8192
@@ -64,7 +64,7 @@ def test_overrides_are_validated_and_recorded(tmp_path):
     (VALID.replace("[1, 4]", "[4, 4]"), ["batch_sizes lists a value twice"]),
     (VALID.replace("[1, 4]", "[0, 4]"), ["batch_sizes must be positive integers, got 0"]),
     ('models = ["tiny"]\nbatch_sizes = [1]\n', ["missing key(s) context_lengths"]),
-    (VALID + 'modes = ["eager", "warp"]\n', ["modes: 'warp' is not one of eager, graph, compile"]),
+    (VALID + 'modes = ["eager", "warp"]\n', ["modes: 'warp' is not one of eager, piecewise, graph, compile"]),
     (VALID + "prompt_len = 40\n", ["prompt_len 40 exceeds the smallest context length 32"]),
     (VALID + "warmup = 0\n", ["warmup must be at least 1"]),
     (VALID + 'device = "tpu"\n', ["device must be auto, cpu or cuda, got 'tpu'"]),

@@ -118,6 +118,7 @@ def test_a_run_prints_no_third_party_warning(tmp_path):
     # a fresh process, so that warnings raised while torch and friends import are seen too
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     proc = subprocess.run([sys.executable, "-m", "graphrt", "run", "--model", "tiny", "--steps", "3",
-                           "--mode", "both"], cwd=tmp_path, env=env, capture_output=True, text=True)
+                           "--mode", "piecewise"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == ["running eager…", "running graph…"]
+    assert proc.stderr.splitlines() == ["running piecewise…"]
+    assert any(line.startswith("piecewise ") for line in proc.stdout.splitlines())

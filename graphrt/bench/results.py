@@ -9,7 +9,8 @@ comparisons read only the document, so a run printed now and one loaded from dis
      "points": [{"model", "batch", "context", "max_seq_len", "prompt_len", "memory",
                  "modes": {mode: {"step_ms": {median, p10, p90, mean, n}, "spread", "wide",
                                   "samples_ms", "repeat_medians_ms", "host_ms", "tokens_per_s",
-                                  "ops_per_step", "host_launches_per_step", "prepare_s",
+                                  "ops_per_step", "host_launches_per_step",
+                                  "graph_launches_per_step", "prepare_s",
                                   "graph_memory_bytes", "peak_allocated_bytes", "notes",
                                   "speedup_vs_eager", "speedup_vs_peer",
                                   "same_tokens_as_eager", "roofline"}}}]}
@@ -36,6 +37,7 @@ from graphrt.errors import GraphrtError
 from graphrt.timing import Stats
 
 FORMAT = "graphrt-bench/1"
+GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
 MIB = 1 << 20
 
 
@@ -96,6 +98,7 @@ def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, 
         "tokens_per_s": batch * 1e3 / stats.median,
         "ops_per_step": launches.ops,
         "host_launches_per_step": launches.host_launches,
+        "graph_launches_per_step": launches.graph_launches,
         "prepare_s": prepare.seconds,
         "graph_memory_bytes": prepare.memory_bytes,
         "peak_allocated_bytes": peak_allocated,
@@ -195,26 +198,27 @@ def table(doc: dict[str, Any]) -> str:
                 _x(m["speedup_vs_eager"]) if mode != "eager" else None,
                 *([_x(m["speedup_vs_peer"]) if mode != PEER else None] if peer else []),
                 _g(m["host_ms"]["median"]), m["ops_per_step"],
-                *([m["host_launches_per_step"]] if cuda else []),
+                *([m["host_launches_per_step"], m.get("graph_launches_per_step")] if cuda else []),
                 _g(m["tokens_per_s"]), _g(r["achieved_bandwidth"] / 1e9),
                 _g(100 * r["bandwidth_share"], ".1f"), _g(r["intensity"]), r["bound"],
             ])
     headers = ["model", "batch", "context", "mode", "ms p50", "p10", "p90", "spread", "vs eager",
                *(["vs hf"] if peer else []), "host ms",
-               *(["kernels", "launches"] if cuda else ["aten ops"]),
+               *(["kernels", "launches", "graphs"] if cuda else ["aten ops"]),
                "tok/s", "GB/s", "% BW", "FLOP/B", "bound"]
     return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
 
 
 def memory_table(doc: dict[str, Any]) -> str:
     cuda = doc["device"] == "cuda"
+    shown = [m for m in GRAPH_MODES if m in doc["modes"]]
     rows = []
     for p in doc["points"]:
         mem, modes = p["memory"], p["modes"]
-        graph = modes.get("graph", {}).get("graph_memory_bytes")
+        graphs = [modes.get(m, {}).get("graph_memory_bytes") for m in shown]
         row = [p["model"], p["batch"], p["context"], p["max_seq_len"],
                _g(mem["parameter_bytes"] / MIB, ".1f"), _g(mem["cache_bytes"] / MIB, ".1f"),
-               _g(graph / MIB, ".1f") if graph is not None else None]
+               *(_g(g / MIB, ".1f") if g is not None else None for g in graphs)]
         if cuda:
             row += [_g(mem["after_load"]["allocated"] / MIB, ".1f"),
                     _g(mem["after_cache"]["allocated"] / MIB, ".1f"),
@@ -222,7 +226,7 @@ def memory_table(doc: dict[str, Any]) -> str:
                     " / ".join(f"{m} {modes[m]['peak_allocated_bytes'] / MIB:.0f}" for m in modes)]
         rows.append(row)
     headers = ["model", "batch", "context", "cache slots", "params MiB", "KV cache MiB",
-               "graph MiB" if cuda else "graph tape MiB",
+               *(f"{m} MiB" if cuda else f"{m} tape MiB" for m in shown),
                *(["alloc after load", "alloc after cache", "reserved", "peak MiB by mode"] if cuda else [])]
     return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
 

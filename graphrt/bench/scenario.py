@@ -7,7 +7,7 @@ Schema (every key at the top level; unknown keys are errors):
     models          [str]  presets or Hugging Face model directories (required)
     device          str    auto, cpu or cuda                  [default: auto]
     dtype           str    auto, float32, bfloat16 or float16 [default: auto: bf16 on CUDA, fp32 on CPU]
-    modes           [str]  from eager, graph, compile         [default: eager, graph]
+    modes           [str]  from eager, piecewise, graph, compile [default: eager, graph]
     batch_sizes     [int]  sequences decoded together (required)
     context_lengths [int]  cached tokens the first measured step attends over (required)
     prompt_len      int    tokens prefilled eagerly; at most the smallest context [default: 16]
