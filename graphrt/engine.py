@@ -43,8 +43,22 @@ def random_prompt(batch: int, length: int, vocab_size: int, seed: int) -> torch.
     return torch.randint(0, vocab_size, (batch, length), generator=gen)
 
 
+def pad_rows(rows: list[list[int]] | tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of any lengths -> ids [B, max length], right-padded with id 0, and lengths [B].
+
+    The pad never reaches a real token: prefill's causal mask keeps it after each row's own
+    tokens, and decoding starts at the row's length, overwriting it before any query sees it.
+    """
+    lengths = torch.tensor([len(row) for row in rows])
+    ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return ids, lengths
+
+
 def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
-           keep_logits: bool = True, start: int | None = None) -> Generation:
+           keep_logits: bool = True, start: int | None = None,
+           lengths: torch.Tensor | None = None) -> Generation:
     """Prefill `prompt` [B, T] eagerly, then `steps` greedy decode steps through `backend`.
 
     The first `warmup` steps (at least one) run and generate tokens like the others but are
@@ -54,6 +68,9 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     `start` is the position of the first decode step (default T). A later start leaves cache
     slots T..start-1 as they are, so each step attends over `start` or more cached tokens
     without paying for a prefill that long: a step's cost depends on shapes, not on values.
+
+    `lengths` [B] are the rows' own prompt lengths when `prompt` is right-padded (`pad_rows`):
+    each row continues from its last real token and decodes from its own position.
     """
     model = backend.model
     device = model.lm_head.weight.device
@@ -61,11 +78,18 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     batch, length = prompt.shape
     if start is not None and start < length:
         raise ValueError(f"start {start} is before the end of the prompt ({length} tokens)")
+    if start is not None and lengths is not None:
+        raise ValueError("start and lengths exclude each other: one sets every row's position")
     with torch.inference_mode():
         with nvtx_range("prefill"):
-            token = greedy(backend.prefill(prompt)[:, -1])
-        positions = torch.full((batch,), length if start is None else start, dtype=torch.long,
-                               device=device)
+            logits = backend.prefill(prompt)  # [B, T, V]
+        if lengths is None:
+            positions = torch.full((batch,), length if start is None else start, dtype=torch.long,
+                                   device=device)
+            token = greedy(logits[:, -1])
+        else:
+            positions = lengths.to(device=device, dtype=torch.long, copy=True)
+            token = greedy(logits[torch.arange(batch, device=device), positions - 1])
         generated, kept, host_ms = [token], [], []
         keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
         timer = StepTimer(device)
