@@ -7,7 +7,7 @@ import sys
 import click
 from tabulate import tabulate
 
-from graphrt import __version__, hardware, report, runner
+from graphrt import __version__, hardware, report, runner, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.bench.command import bench
 from graphrt.errors import GraphrtError
@@ -49,16 +49,28 @@ def main() -> None:
 @click.option("--mode", default=RunSpec.mode, show_default=True, help=f"One of {', '.join(MODE_CHOICES)}.")
 @click.option("--nvtx/--no-nvtx", default=True, show_default=True,
               help="An NVTX range around every module call and every step.")
+@click.option("--prompt", "prompts", multiple=True,
+              help="Text to continue, encoded with the model directory's tokenizer.json; repeat "
+                   "it for one row per prompt, or give one for all --batch rows [default: random ids].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="Also write every figure, the prompt and the generated ids here.")
-def run(json_path: str | None, **options) -> None:
+              help="Also write every figure, the prompt and the generated ids (and text) here.")
+def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
+    tokenizer = text.load_tokenizer(options["model"]) if prompts else None
+    if tokenizer:
+        options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
     spec = RunSpec(**options)
     if json_path:
         check_writable(json_path)
     if warning := check_recording():
         click.echo(f"warning: {warning}", err=True)
+
+    def document(result: runner.RunResult) -> dict:
+        doc = report.to_dict(result)
+        if tokenizer:
+            text.add_text(doc, tokenizer, {m: gen.tokens for m, gen in result.generations.items()})
+        return doc
 
     def mode_done(result: runner.RunResult, mode: str) -> None:
         if len(result.generations) == 1:
@@ -66,14 +78,17 @@ def run(json_path: str | None, **options) -> None:
             click.echo(report.timing_header())
         click.echo(report.timing_row(result, mode))
         if json_path:  # after every mode: a later failure or a timeout keeps what ran
-            write_json(json_path, report.to_dict(result))
+            write_json(json_path, document(result))
 
     result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True), on_done=mode_done)
     click.echo(report.launches_table(result))
     for line in report.summary_lines(result):
         click.echo(line)
+    if tokenizer:
+        generated = {mode: gen.tokens for mode, gen in result.generations.items()}
+        click.echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated)))
     if json_path:
-        write_json(json_path, report.to_dict(result))
+        write_json(json_path, document(result))
         click.echo(f"wrote {json_path}")
 
 

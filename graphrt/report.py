@@ -130,6 +130,7 @@ def to_dict(result: RunResult) -> dict[str, Any]:
         "batch": spec.batch, "prompt_len": spec.prompt_len, "steps": spec.steps,
         "warmup": spec.warmup, "max_seq_len": spec.seq_len, "seed": spec.seed,
         "machine": result.machine,
-        "prompt_ids": result.prompt.tolist(),
+        # the rows as given (a padded batch holds pad ids after the shorter ones)
+        "prompt_ids": [list(row) for row in spec.prompt_ids] or result.prompt.tolist(),
         "modes": modes,
     }

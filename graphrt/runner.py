@@ -11,7 +11,7 @@ from graphrt import hardware, nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
-from graphrt.engine import Generation, count_launches, decode, random_prompt
+from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.weights import build_model
 
@@ -30,8 +30,13 @@ class RunSpec:
     mode: str = "both"
     buckets: tuple[int, ...] | None = None
     nvtx: bool = True  # a range around every module call and every step
+    # token ids per row (of any lengths) instead of random ones; batch and prompt_len follow them
+    prompt_ids: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.prompt_ids:
+            object.__setattr__(self, "batch", len(self.prompt_ids))
+            object.__setattr__(self, "prompt_len", max(map(len, self.prompt_ids)))
         for key in ("batch", "prompt_len", "steps"):
             value = getattr(self, key)
             if value <= 0:
@@ -99,6 +104,17 @@ def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, tor
     return config, model, device, dtype
 
 
+def _prompt(spec: RunSpec, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The prompt batch [B, T] and, for given ids, each row's length (rows are right-padded)."""
+    if not spec.prompt_ids:
+        return random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed), None
+    outside = max(max(row) for row in spec.prompt_ids)
+    if outside >= config.vocab_size:
+        raise GraphrtError(f"--prompt: token id {outside} is outside {config.name}'s vocabulary "
+                           f"of {config.vocab_size}; is the tokenizer this model's?")
+    return pad_rows(spec.prompt_ids)
+
+
 def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
         on_done: Callable[[RunResult, str], None] | None = None) -> RunResult:
     """Decode the same prompt through every mode of the spec, on one model and one cache.
@@ -112,7 +128,7 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     # made before anything runs: a backend that cannot run here (no compiler) says so now
     backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
-    prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
+    prompt, lengths = _prompt(spec, config)
     result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
     was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
     try:
@@ -121,7 +137,7 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
                 if on_mode:
                     on_mode(backend.name)
                 report = backend.prepare(spec.batch)
-                gen = decode(backend, prompt, spec.steps, spec.warmup)
+                gen = decode(backend, prompt, spec.steps, spec.warmup, lengths=lengths)
                 gen.prepare = report
                 result.generations[backend.name] = gen
                 if on_done:

@@ -1,0 +1,119 @@
+"""`graphrt run --prompt`: real text in, each mode's continuation out, as Hugging Face would.
+
+The tokenizer is a small byte-level BPE that each test session trains with the `tokenizers`
+library and saves beside a random HF checkpoint, as a real model directory holds both.
+"""
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from graphrt import text
+from graphrt.config import PRESETS
+from graphrt.errors import GraphrtError
+from graphrt.runner import RunSpec, run
+
+from conftest import save_reference
+from test_run_cli import one_line_error
+
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Graphs replay what eager mode launches.",
+          "A decode step is hundreds of tiny kernels;\nthe CPU launches each one.",
+          "Über straße, naïve café: ünïcödé too."] * 20
+PROMPTS = ["The quick brown fox", "A decode step is hundreds of tiny kernels;\nthe"]
+
+
+def train_tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """(directory with config.json, model.safetensors and tokenizer.json; HF's model)."""
+    directory = tmp_path_factory.mktemp("qwen2-text")
+    hf = save_reference(PRESETS["tiny"], directory)
+    train_tokenizer().save(str(directory / text.TOKENIZER_FILE))
+    return directory, hf
+
+
+@pytest.mark.parametrize("sample", [*PROMPTS, "  two spaces, a tab\tand ünïcödé"])
+def test_text_round_trips_through_the_tokenizer(model_dir, sample):
+    tokenizer = text.load_tokenizer(str(model_dir[0]))
+    (ids,) = text.encode_rows(tokenizer, [sample], batch=1)
+    assert len(ids) > 1
+    assert text.decode_rows(tokenizer, [list(ids)]) == [sample]
+
+
+def test_continuations_equal_hf_generate_row_by_row(cli, model_dir, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    directory, hf = model_dir
+    out = tmp_path / "run.json"
+    result = cli("run", "--model", directory, "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
+                 "--steps", 10, "--mode", "both", "--json", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    hf_tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+    assert doc["prompt_text"] == PROMPTS
+    for row, prompt in enumerate(PROMPTS):
+        ids = hf_tokenizer(prompt, return_tensors="pt").input_ids  # [1, T]: HF's own encoding
+        assert doc["prompt_ids"][row] == ids[0].tolist()
+        # each row alone, unpadded: the batch is right-padded, the prompts differ in length
+        expected = hf.generate(ids, max_new_tokens=11, do_sample=False,
+                               attention_mask=torch.ones_like(ids))[0, ids.shape[1]:]
+        for mode in ("eager", "graph"):
+            assert doc["modes"][mode]["generated_ids"][row] == expected.tolist()
+            assert doc["modes"][mode]["generated_text"][row] == hf_tokenizer.decode(expected)
+    assert len(doc["prompt_ids"][0]) != len(doc["prompt_ids"][1])
+
+
+def test_the_run_prints_each_modes_continuation_under_the_table(cli, model_dir):
+    directory, _ = model_dir
+    result = cli("run", "--model", directory, "--prompt", PROMPTS[0], "--batch", 3, "--steps", 4,
+                 "--mode", "both")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "batch 3" in lines[0]
+    rows = [i for i, line in enumerate(lines) if line.startswith("row ")]
+    assert [lines[i] for i in rows] == [f"row {r}: {json.dumps(PROMPTS[0])}" for r in range(3)]
+    assert rows[0] > next(i for i, line in enumerate(lines) if line.startswith("graph "))
+    continuations = [lines[i + 1: i + 3] for i in rows]
+    assert [line.split("→")[0].strip() for line in continuations[0]] == ["eager", "graph"]
+    # one prompt over three rows: three equal continuations
+    assert continuations[0] == continuations[1] == continuations[2]
+
+
+def test_several_prompts_need_a_matching_batch(model_dir):
+    tokenizer = text.load_tokenizer(str(model_dir[0]))
+    with pytest.raises(GraphrtError, match="--batch 2 with 3 --prompt values"):
+        text.encode_rows(tokenizer, ["a", "b", "c"], batch=2)
+    assert len(text.encode_rows(tokenizer, ["a", "b", "c"], batch=3)) == 3
+
+
+def test_prompt_with_a_preset_is_a_clear_error(cli):
+    one_line_error(cli("run", "--model", "tiny", "--prompt", "hello"),
+                   "--prompt needs a model directory with a tokenizer.json", "'tiny'")
+
+
+def test_prompt_without_a_tokenizer_is_a_clear_error(cli, tmp_path):
+    save_reference(PRESETS["tiny"], tmp_path)
+    one_line_error(cli("run", "--model", tmp_path, "--prompt", "hello"),
+                   f"{tmp_path / 'tokenizer.json'}: no such file")
+
+
+def test_a_malformed_tokenizer_is_a_clear_error(cli, tmp_path):
+    save_reference(PRESETS["tiny"], tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"model": 3}')
+    one_line_error(cli("run", "--model", tmp_path, "--prompt", "hello"),
+                   "tokenizer.json: not a tokenizer the tokenizers library reads")
+
+
+def test_ids_outside_the_models_vocabulary_are_refused():
+    with pytest.raises(GraphrtError, match="token id 512 is outside tiny's vocabulary of 512"):
+        run(RunSpec(model="tiny", steps=2, prompt_ids=((3, 512),)))
