@@ -43,6 +43,14 @@ def test_table_names_the_run_and_each_mode(cli):
     assert any(line.startswith("eager ") for line in result.stdout.splitlines())
 
 
+def test_a_comma_list_runs_those_modes_in_order(cli):
+    result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager,piecewise")
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.stdout.splitlines()[3:5]]
+    assert rows == ["eager", "piecewise"]
+    assert "piecewise vs eager: tokens identical; max |Δ logits| 0 over 4 steps" in result.stdout
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["--model", "no/such/dir"], ["no/such/dir: no such model directory"]),
     (["--model", "qwen9"], ["unknown model 'qwen9'", "tiny"]),
@@ -53,6 +61,7 @@ def test_table_names_the_run_and_each_mode(cli):
      ["--prompt-len 30 + --steps 10 = 40 exceeds --max-seq-len 32"]),
     (["--dtype", "int8"], ["--dtype must be auto or one of float32, bfloat16, float16, got 'int8'"]),
     (["--mode", "warp"], ["--mode must be one of", "'warp'"]),
+    (["--mode", "eager,eager"], ["comma list of distinct modes", "'eager,eager'"]),
 ])
 def test_bad_options(cli, args, fragments):
     one_line_error(cli("run", "--model", "tiny", *args), *fragments)

@@ -15,12 +15,15 @@ GROUPS = {"both": ("eager", "graph"), "all": ("eager", "piecewise", "graph", "co
 
 
 def expand_modes(mode: str) -> tuple[str, ...]:
-    """`both` and `all` name several modes; the others one."""
+    """`both` and `all` name several modes, a comma list (`eager,piecewise,graph`) its own;
+    the others one."""
     if mode in GROUPS:
         return GROUPS[mode]
-    if mode in MODES:
-        return (mode,)
-    raise GraphrtError(f"--mode must be one of {', '.join((*MODES, *GROUPS))}, got {mode!r}")
+    names = tuple(mode.split(","))
+    if all(name in MODES for name in names) and len(set(names)) == len(names):
+        return names
+    raise GraphrtError(f"--mode must be one of {', '.join((*MODES, *GROUPS))} or a comma list of "
+                       f"distinct modes, got {mode!r}")
 
 
 def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None) -> Backend:
