@@ -43,8 +43,8 @@ def test_launches_are_counted_after_every_mode_is_timed():
 
 
 def test_a_run_stopped_in_a_later_mode_keeps_the_modes_that_finished(tmp_path):
-    # The run is stopped (as a timeout would) once the third mode has started: the rows and
-    # the JSON of the two modes before it are already out.
+    # The run is stopped (as a timeout would) once its last mode, compile, has started: the
+    # rows and the JSON of the three modes before it are already out.
     out = tmp_path / "run.json"
     child = subprocess.Popen(
         [sys.executable, "-m", "graphrt", "run", "--model", "tiny", "--device", "cpu",
@@ -60,11 +60,13 @@ def test_a_run_stopped_in_a_later_mode_keeps_the_modes_that_finished(tmp_path):
     finally:
         child.kill()
     assert child.returncode != 0
-    rows = [line.split()[0] for line in stdout.splitlines() if line.split()[:1] in (["eager"], ["graph"])]
-    assert rows == ["eager", "graph"]
+    finished = ["eager", "piecewise", "graph"]
+    rows = [line.split()[0] for line in stdout.splitlines() if line.split()[:1] in ([m] for m in finished)]
+    assert rows == finished
     written = json.loads(out.read_text())
-    assert list(written["modes"]) == ["eager", "graph"]
+    assert list(written["modes"]) == finished
     assert written["modes"]["graph"]["generated_ids"] == written["modes"]["eager"]["generated_ids"]
+    assert written["modes"]["piecewise"]["generated_ids"] == written["modes"]["eager"]["generated_ids"]
 
 
 def test_a_mode_that_cannot_run_here_fails_before_any_mode_runs(cli, monkeypatch):
