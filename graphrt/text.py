@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from tokenizers import Tokenizer
 
 from graphrt.config import PRESETS
 from graphrt.errors import GraphrtError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -30,6 +32,8 @@ def load_tokenizer(model: str) -> Tokenizer:
     if not path.is_file():
         raise GraphrtError(f"{path}: no such file, so --prompt cannot be encoded; give a model "
                            f"directory with a {TOKENIZER_FILE}, or leave --prompt out for random ids")
+    from tokenizers import Tokenizer  # here: only a run with --prompt needs it loaded
+
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception for any malformed file
