@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from graphrt import text
 from graphrt.config import PRESETS
@@ -18,18 +17,22 @@ from graphrt.runner import RunSpec, run
 from conftest import save_reference
 from test_run_cli import one_line_error
 
+tokenizers = pytest.importorskip("tokenizers")  # a core dependency, but a bare image may lack it
+
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Graphs replay what eager mode launches.",
           "A decode step is hundreds of tiny kernels;\nthe CPU launches each one.",
           "Über straße, naïve café: ünïcödé too."] * 20
 PROMPTS = ["The quick brown fox", "A decode step is hundreds of tiny kernels;\nthe"]
 
 
-def train_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+def train_tokenizer():
+    """A byte-level BPE (Qwen2's kind of tokenizer) of 400 ids, below `tiny`'s vocabulary of 512."""
+    byte_level = tokenizers.pre_tokenizers.ByteLevel
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False)
+    tokenizer.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                             initial_alphabet=byte_level.alphabet())
     tokenizer.train_from_iterator(CORPUS, trainer)
     return tokenizer
 
