@@ -46,7 +46,8 @@ def main() -> None:
                 warmup_help="Leading decode steps that run but are not timed")
 @click.option("--max-seq-len", type=int, default=RunSpec.max_seq_len,
               help="KV-cache length [default: prompt-len + steps].")
-@click.option("--mode", default=RunSpec.mode, show_default=True, help=f"One of {', '.join(MODE_CHOICES)}.")
+@click.option("--mode", default=RunSpec.mode, show_default=True,
+              help=f"One of {', '.join(MODE_CHOICES)}, or a comma list such as eager,piecewise,graph.")
 @click.option("--nvtx/--no-nvtx", default=True, show_default=True,
               help="An NVTX range around every module call and every step.")
 @click.option("--prompt", "prompts", multiple=True,
