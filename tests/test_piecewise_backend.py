@@ -10,10 +10,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from graphrt.backends.eager import EagerBackend
+from graphrt import nvtx
 from graphrt.backends.piecewise import PiecewiseBackend
 from graphrt.config import PRESETS
 from graphrt.engine import decode, random_prompt
 from graphrt.opcount import op_names
+from graphrt.trace.analyze import STEP_PREFIXES
 from graphrt.weights import build_model
 
 from conftest import small_decodes
@@ -103,3 +105,18 @@ def test_cuda_piecewise_step_launches_one_graph_per_piece():
     assert eager.launches.graph_launches == 0
     # the attention cores' kernels stay eager: fewer launches than eager's, more than none
     assert 0 < piecewise.launches.kernel_launches < eager.launches.kernel_launches
+
+
+def test_a_step_is_one_decode_step_range_around_its_pieces_and_cores(tiny):
+    # `graphrt analyze` takes each decode_step[...] or replay[...] range for one step
+    backend = PiecewiseBackend(tiny, buckets=(1,))
+    tiny.setup_cache(1, 8)
+    backend.prepare(1)
+    with nvtx.record_to([]) as events, torch.inference_mode():
+        backend.step(torch.tensor([[5]]), torch.tensor([3]))
+    pushed = [name for kind, name in events if kind == "push"]
+    layers = tiny.config.num_hidden_layers
+    assert [name for name in pushed if name.startswith(STEP_PREFIXES)] == ["decode_step[piecewise,bs=1]"]
+    inside = pushed[pushed.index("decode_step[piecewise,bs=1]") + 1:]
+    assert inside == [name for i in range(layers) for name in (f"piece[bs=1,i={i}]", f"attend[bs=1,layer={i}]")
+                      ] + [f"piece[bs=1,i={layers}]"]

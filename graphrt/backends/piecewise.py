@@ -34,7 +34,11 @@ class Pieces:
 
     graphs: tuple[Graph, ...]  # L + 1, in step order
     cores: tuple[Callable[[], None], ...]  # L: layer i's attention core, into the hand-off buffer
-    graph_ranges: tuple[str, ...]  # NVTX range names, made once rather than at every step
+    # NVTX range names, made once rather than at every step. The whole step is one
+    # `decode_step[...]` range (what `graphrt analyze` takes for a step); pieces and cores
+    # are ranges inside it, named so that none of them reads as a step of its own.
+    step_range: str
+    graph_ranges: tuple[str, ...]
     core_ranges: tuple[str, ...]
 
 
@@ -79,8 +83,8 @@ class PiecewiseBackend(GraphBackend):
             cores.append(self._core(layer, qkv, positions, mask, attended))
         logits = grab(lambda x=x: model.head(layers[-1].finish(x, attended))[:, -1])
         self.graphs[bs] = (Pieces(
-            tuple(graphs), tuple(cores),
-            tuple(f"replay[bs={bs},piece={i}]" for i in range(len(graphs))),
+            tuple(graphs), tuple(cores), f"decode_step[piecewise,bs={bs}]",
+            tuple(f"piece[bs={bs},i={i}]" for i in range(len(graphs))),
             tuple(f"attend[bs={bs},layer={i}]" for i in range(len(cores)))), logits)
 
     @staticmethod
@@ -98,12 +102,13 @@ class PiecewiseBackend(GraphBackend):
 
     def _run_bucket(self, bs: int) -> torch.Tensor:
         pieces, logits = self.graphs[bs]
-        for graph, name, core, core_name in zip(pieces.graphs, pieces.graph_ranges, pieces.cores,
-                                                pieces.core_ranges):
-            with nvtx_range(name):
-                graph.replay()
-            with nvtx_range(core_name):
-                core()
-        with nvtx_range(pieces.graph_ranges[-1]):
-            pieces.graphs[-1].replay()
+        with nvtx_range(pieces.step_range):
+            for graph, name, core, core_name in zip(pieces.graphs, pieces.graph_ranges, pieces.cores,
+                                                    pieces.core_ranges):
+                with nvtx_range(name):
+                    graph.replay()
+                with nvtx_range(core_name):
+                    core()
+            with nvtx_range(pieces.graph_ranges[-1]):
+                pieces.graphs[-1].replay()
         return logits
