@@ -13,7 +13,7 @@ from graphrt.backends.eager import EagerBackend
 from graphrt import nvtx
 from graphrt.backends.piecewise import PiecewiseBackend
 from graphrt.config import PRESETS
-from graphrt.engine import decode, random_prompt
+from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.opcount import op_names
 from graphrt.trace.analyze import STEP_PREFIXES
 from graphrt.weights import build_model
@@ -99,12 +99,14 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @cuda
 def test_cuda_piecewise_step_launches_one_graph_per_piece():
     model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.float32, seed=0)
-    eager, piecewise, _ = decode_both(model, 1, steps=4)
-    layers = model.config.num_hidden_layers
-    assert piecewise.launches.graph_launches == layers + 1
-    assert eager.launches.graph_launches == 0
+    prompt_len, layers = 6, model.config.num_hidden_layers
+    eager, piecewise, backend = decode_both(model, 1, prompt_len=prompt_len, steps=4)
+    eager_launches = count_launches(EagerBackend(model), eager, prompt_len)
+    launches = count_launches(backend, piecewise, prompt_len)
+    assert launches.graph_launches == layers + 1
+    assert eager_launches.graph_launches == 0
     # the attention cores' kernels stay eager: fewer launches than eager's, more than none
-    assert 0 < piecewise.launches.kernel_launches < eager.launches.kernel_launches
+    assert 0 < launches.kernel_launches < eager_launches.kernel_launches
 
 
 def test_a_step_is_one_decode_step_range_around_its_pieces_and_cores(tiny):
