@@ -99,6 +99,10 @@ def test_several_prompts_need_a_matching_batch(model_dir):
     assert len(text.encode_rows(tokenizer, ["a", "b", "c"], batch=3)) == 3
 
 
+def test_an_empty_prompt_is_a_clear_error(cli, model_dir):
+    one_line_error(cli("run", "--model", model_dir[0], "--prompt", ""), "--prompt '' encodes to no tokens")
+
+
 def test_prompt_with_a_preset_is_a_clear_error(cli):
     one_line_error(cli("run", "--model", "tiny", "--prompt", "hello"),
                    "--prompt needs a model directory with a tokenizer.json", "'tiny'")
