@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 from tabulate import tabulate
 
 from graphrt import __version__, hardware, report, runner, text
@@ -58,6 +59,9 @@ def main() -> None:
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
+    if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
+        raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
+                           "give one of the two")
     tokenizer = text.load_tokenizer(options["model"]) if prompts else None
     if tokenizer:
         options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])

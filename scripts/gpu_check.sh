@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared check for a CUDA machine (an H100/H200 with no network), within a 240 s budget:
-#   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager vs graph at batch 1 and 8
+#   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager, piecewise and full graphs
+#   at batch 1 and 8
 #   · a batch sweep 1..64 with its PNG · compile (reduce-overhead) at batch 1 · a torch.profiler
 #   trace of eager and graph with NVTX on vs off · what a replay launches besides its graph and
 #   what a profiler session costs later steps · one summary table and gpu-summary.json.
@@ -81,11 +82,11 @@ common=(--model "$model" --device "$device" --dtype "$dtype" --prompt-len "$prom
 
 # most telling first: if the budget runs out, what is left undone matters least
 step info 20 "$have_graphrt" "${graphrt[@]}" info
-step cuda-tests 60 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
+step cuda-tests 90 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
   --junitxml="$work/cuda-tests.xml" tests
 for batch in 1 8; do
-  step "run-b$batch" 45 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
-    --mode both --json "$results/run-b$batch.json"
+  step "run-b$batch" 75 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
+    --mode eager,piecewise,graph --json "$results/run-b$batch.json"
 done
 step trace 45 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --mode both \
   --profiler torch --overhead "$overhead" --out "$work/traces"

@@ -55,6 +55,7 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             "p50_ms": m["step_ms"]["median"], "p90_ms": m["step_ms"]["p90"],
             "speedup_vs_eager": eager_ms / m["step_ms"]["median"] if eager_ms else None,
             "kernels_per_step": m["ops_per_step"], "host_launches_per_step": m["host_launches_per_step"],
+            "graph_launches_per_step": m.get("graph_launches_per_step"),
             "tokens_identical": eq.get("identical"), "max_abs_logit_diff": eq.get("max_abs_logit_diff"),
             "achieved_GBps": m["achieved_bandwidth"] / 1e9,
             "share_of_peak": m["bandwidth_share_of_peak"],
@@ -147,7 +148,7 @@ def main(argv: list[str]) -> int:
     if summary["cuda_tests"]:
         print("CUDA tests: " + ", ".join(f"{v} {k}" for k, v in summary["cuda_tests"].items()))
     keys = ["batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
-            "host_launches_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
+            "host_launches_per_step", "graph_launches_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
             "share_of_peak", "prepare_s"]
     rows = summary["runs"] + (summary["compile_b1"] or [])
     if rows:

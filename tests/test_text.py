@@ -103,6 +103,12 @@ def test_an_empty_prompt_is_a_clear_error(cli, model_dir):
     one_line_error(cli("run", "--model", model_dir[0], "--prompt", ""), "--prompt '' encodes to no tokens")
 
 
+def test_prompt_and_prompt_len_together_are_a_clear_error(cli, model_dir):
+    # the text's tokens set the prompt's length: a --prompt-len beside it would be ignored
+    one_line_error(cli("run", "--model", model_dir[0], "--prompt", "hello", "--prompt-len", 4),
+                   "--prompt-len and --prompt")
+
+
 def test_prompt_with_a_preset_is_a_clear_error(cli):
     one_line_error(cli("run", "--model", "tiny", "--prompt", "hello"),
                    "--prompt needs a model directory with a tokenizer.json", "'tiny'")
