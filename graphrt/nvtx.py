@@ -261,6 +261,11 @@ def _unwrap(module: nn.Module, wrapper: Callable[..., Any],
         module.forward = previous
 
 
+def is_attached(model: nn.Module) -> bool:
+    """Are graphrt's ranges attached to `model` (its root module) now?"""
+    return getattr(vars(model).get("forward"), "graphrt_nvtx", False)
+
+
 def attach(model: nn.Module) -> ModuleRanges:
     """Wrap every call of every submodule of `model` (the root too) in one NVTX range.
 

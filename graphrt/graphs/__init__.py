@@ -30,6 +30,7 @@ import torch
 from graphrt.errors import GraphrtError
 from graphrt.graphs.cuda import CudaGraph, capture_cuda
 from graphrt.graphs.guard import GraphCaptureError
+from graphrt.graphs.lint import Finding, LintReport, lint_step
 from graphrt.graphs.tape import TapeGraph, capture_tape
 
 __all__ = [
@@ -41,6 +42,9 @@ __all__ = [
     "graph_kind",
     "new_pool",
     "capture",
+    "lint_step",
+    "LintReport",
+    "Finding",
 ]
 
 T = TypeVar("T")

@@ -56,7 +56,8 @@ class CaptureMode(TorchDispatchMode):
         self.refused: GraphCaptureError | None = None
 
     def _refuse(self, func: torch._ops.OpOverload, reason: str) -> GraphCaptureError:
-        error = GraphCaptureError(f"{func}: {reason}")
+        where = f" in {self.open_ranges[-1]}" if self.open_ranges else ""
+        error = GraphCaptureError(f"{func}{where}: {reason}")
         # Kept so that a step which catches the exception still fails its capture.
         self.refused = self.refused or error
         return error

@@ -1,0 +1,256 @@
+"""The capture lint finds what a graph would freeze, and names the op and the module it ran in.
+
+A zoo of broken decode-like steps, each the kind of bug users of CUDA graphs hit: every one is
+caught, its line names the op, the module range and the values. graphrt's own step is clean for
+every preset and over random configs (no false findings), and linting leaves no trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from graphrt import nvtx
+from graphrt.config import PRESETS, ModelConfig
+from graphrt.errors import GraphrtError
+from graphrt.graphs import lint_step
+from graphrt.model import Qwen2ForCausalLM
+from graphrt.weights import build_model
+
+CPU = torch.device("cpu")
+WIDTH, SLOTS = 8, 16
+
+
+class Case(nn.Module):
+    """A projection and a cache of SLOTS rows: the parts every zoo step shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.register_buffer("cache", torch.zeros(SLOTS, WIDTH))
+
+
+class IntPosition(Case):
+    def forward(self, x, position: int):
+        self.cache[position] = self.proj(x)  # the slot a replay writes is the captured one
+        return self.cache.sum(0)
+
+
+class BranchOnData(Case):
+    def forward(self, x, tokens):
+        if tokens.sum() > 0:  # reads the tokens back on the host
+            return self.proj(x)
+        return x
+
+
+class GrowingSlice(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 4
+
+    def forward(self, x):
+        self.cache[self.n] = self.proj(x)
+        self.n += 1
+        return self.cache[: self.n].sum(0)  # the length a replay sums over is the captured one
+
+
+class TensorFromPosition(Case):
+    def forward(self, x, position: int):
+        index = torch.tensor([position])  # made from Python data on every call
+        return self.proj(x) + self.cache.index_select(0, index)
+
+
+class AttributeInForward(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.proj(x) * self.calls
+
+
+class RandomNoise(Case):
+    def forward(self, x):
+        return self.proj(x) + 0.01 * torch.randn_like(x)
+
+
+class HostCounter(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.host_position = torch.zeros(1, dtype=torch.long)  # a plain attribute, not a buffer
+        self.register_buffer("position", torch.zeros(1, dtype=torch.long))
+
+    def forward(self, x):
+        self.host_position += 1
+        self.position.copy_(self.host_position)
+        return self.proj(x) + self.cache.index_select(0, self.position)
+
+
+class DropoutInTraining(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.proj(x))
+
+
+class Net(nn.Module):
+    """The user's model: the broken step sits one level down, where a finding must point."""
+
+    def __init__(self, body: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, *args):
+        return self.body(*args)
+
+
+def x_state(seed: int) -> torch.Tensor:
+    return torch.randn(1, WIDTH, generator=torch.Generator().manual_seed(seed))
+
+
+X0, X1 = x_state(0), x_state(1)
+ZOO = {
+    # name: (step, states, what a line must say: op, module, the words with the values)
+    "python-int-position": (IntPosition, [(X0, 5), (X1, 6)],
+                            ["aten.select.int", "body (IntPosition)", "index is 5 in capture 1 and 6 in capture 2",
+                             "replay uses 5 forever"]),
+    "branch-on-tensor-data": (BranchOnData, [(X0, torch.tensor([3])), (X1, torch.tensor([-3]))],
+                              ["aten.is_nonzero.default", "body (BranchOnData)", "host sync"]),
+    "slice-by-updated-attribute": (GrowingSlice, [(X0,), (X1,)],
+                                   ["aten.slice.Tensor", "body (GrowingSlice)", "end is 6 in capture 1 and 7 in capture 2",
+                                    "replay uses 6 forever"]),
+    "tensor-built-each-step": (TensorFromPosition, [(X0, 5), (X1, 6)],
+                               ["aten.index_select.default", "body (TensorFromPosition)",
+                                "[5] in capture 1 and [6] in capture 2", "replay reads [5] forever"]),
+    "attribute-written-in-forward": (AttributeInForward, [(X0,), (X1,)],
+                                     ["aten.mul.Tensor", "body (AttributeInForward)", "other is 2 in capture 1 and 3",
+                                      "replay uses 2 forever"]),
+    "random-op": (RandomNoise, [(X0,), (X1,)], ["aten.randn_like.default", "body (RandomNoise)", "random"]),
+    "host-counter-copied-in": (HostCounter, [(X0,), (X1,)],
+                               ["aten.add_.Tensor", "body (HostCounter)", "body.host_position, a plain tensor attribute",
+                                "neither a static input nor made inside the step"]),
+    "dropout-in-training": (DropoutInTraining, [(X0,), (X1,)],
+                            ["aten.dropout.default", "body.drop (Dropout)", "random",
+                             "body.drop (Dropout) is in training mode: call .eval()"]),
+}
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_every_zoo_step_is_caught_naming_op_module_and_values(name):
+    case, states, words = ZOO[name]
+    model = Net(case())
+    if name != "dropout-in-training":
+        model.eval()
+    with torch.inference_mode():  # as a decode step runs
+        report = lint_step(model, states)
+    assert not report.clean
+    lines = [str(f) for f in report.findings]
+    assert any(all(w in line for w in words) for line in lines), "\n".join(lines)
+
+
+def test_an_attribute_written_in_forward_is_named():
+    report = lint_step(Net(AttributeInForward()).eval(), [(X0,), (X1,)])
+    attribute = [f for f in report.findings if f.kind == "attribute"]
+    assert [str(f) for f in attribute] == [
+        "body.calls: attribute body.calls changed during the step (1 -> 2): a replay runs no Python, "
+        "so it never changes again (and ops that read it replay the captured value)"]
+
+
+def test_a_branch_taken_differently_is_reported_as_control_flow():
+    report = lint_step(Net(BranchOnData()).eval(), [(X0, torch.tensor([3])), (X1, torch.tensor([-3]))])
+    flow = [f for f in report.findings if f.kind == "control-flow"]
+    assert len(flow) == 1, report
+    assert "capture 1 runs 2 ops (aten.t.default, aten.addmm.default) where capture 2 runs nothing" in str(flow[0])
+
+
+def test_the_lint_leaves_the_callers_state_as_it_found_it():
+    model = Net(GrowingSlice()).eval()
+    model.body.cache.normal_()
+    cache, rng = model.body.cache.clone(), torch.random.get_rng_state()
+    lint_step(model, [(X0,), (X1,)])
+    assert torch.equal(model.body.cache, cache)  # written at slots 4, 5, 6 by the captures: back
+    assert model.body.n == 4
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert not nvtx.is_attached(model)  # the ranges it attached for itself are gone
+
+
+def test_without_restore_the_writes_stay():
+    model = Net(GrowingSlice()).eval()
+    lint_step(model, [(X0,), (X1,)], restore=False)
+    assert model.body.n == 7 and model.body.cache[4:7].abs().sum() > 0
+
+
+def test_modules_are_named_with_nvtx_switched_off():
+    was = nvtx.set_enabled(False)
+    try:
+        report = lint_step(Net(IntPosition()).eval(), [(X0, 5), (X1, 6)])
+    finally:
+        nvtx.set_enabled(was)
+    assert any("body (IntPosition)" in str(f) for f in report.findings)
+
+
+def test_states_of_another_shape_are_refused_in_one_line():
+    with pytest.raises(GraphrtError, match=r"argument 0 is a float32 tensor of shape \[1, 8\] in state 0 "
+                                           r"and a float32 tensor of shape \[2, 8\] in state 1"):
+        lint_step(Net(AttributeInForward()), [(X0,), (torch.zeros(2, WIDTH),)])
+    with pytest.raises(GraphrtError, match="at least two input states"):
+        lint_step(Net(AttributeInForward()), [(X0,)])
+
+
+def _decode_states(model, batch: int, position: int):
+    vocab = model.config.vocab_size
+    tokens = (torch.arange(batch).unsqueeze(1) * 7 + 3) % vocab
+    positions = torch.full((batch,), position)
+    return [(tokens, positions), ((tokens + 1) % vocab, positions + 1)]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_graphrt_decode_step_is_lint_clean_for_every_preset_at_full_size(preset):
+    # On the meta device ops compute shapes, not values: every preset at its full size (all its
+    # layers, its real vocabulary) costs no memory, and the Python the step runs is the same.
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(PRESETS[preset]).eval().requires_grad_(False)
+    model.setup_cache(2, 8)
+    tokens = torch.zeros(2, 1, dtype=torch.long, device="meta")
+    positions = torch.zeros(2, dtype=torch.long, device="meta")
+    with torch.inference_mode():  # restore=False: a meta cache holds nothing to restore
+        report = lint_step(model.decode_step, [(tokens, positions), (tokens + 1, positions + 1)],
+                           restore=False)
+    assert report.clean, str(report)
+    assert report.ops > 60 * PRESETS[preset].num_hidden_layers
+
+
+def test_graphrt_decode_step_is_lint_clean_with_real_weights(tiny_config):
+    model = build_model(tiny_config, CPU, torch.float32, seed=0)
+    model.setup_cache(2, 8)
+    with torch.inference_mode():
+        report = lint_step(model.decode_step, _decode_states(model, 2, 3))
+    assert report.clean, str(report)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kv_heads=st.sampled_from([1, 2]), groups=st.sampled_from([1, 2, 3]),
+       head_dim=st.sampled_from([2, 4, 8]), layers=st.integers(1, 2), batch=st.integers(1, 3),
+       cache=st.integers(2, 6), tied=st.booleans(), data=st.data())
+def test_no_false_finding_on_graphrt_step_over_random_configs(kv_heads, groups, head_dim, layers,
+                                                              batch, cache, tied, data):
+    heads = kv_heads * groups
+    config = ModelConfig("random", vocab_size=31, hidden_size=heads * head_dim, intermediate_size=6,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, rope_theta=10_000.0, tie_word_embeddings=tied)
+    model = build_model(config, CPU, torch.float32, seed=0)
+    model.setup_cache(batch, cache)
+    position = data.draw(st.integers(0, cache - 2))
+    with torch.inference_mode():
+        report = lint_step(model.decode_step, _decode_states(model, batch, position), warmup=0)
+    assert report.clean, str(report)
