@@ -28,6 +28,9 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
                      help="Seeds the prompt and, for presets, the random weights."),
         click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
                      help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch]."),
+        click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
+                     help="Before capturing, check that the step has nothing a graph would "
+                     "replay wrongly (a Python value, a host tensor, ...); a finding stops the run."),
     ]
 
     def decorate(command: Callable) -> Callable:

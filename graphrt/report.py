@@ -28,7 +28,7 @@ def header(result: RunResult) -> str:
 
 
 _TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "GB/s", "% peak",
-                   "capture/compile s", "graph MiB")
+                   "capture/compile s", "lint s", "graph MiB")
 # fixed widths, so that each row can be printed the moment its mode has run
 _WIDTHS = (10, *(max(len(h), 9) for h in _TIMING_HEADERS[1:]))
 
@@ -60,7 +60,7 @@ def timing_row(result: RunResult, mode: str) -> str:
     s, prep = gen.stats, gen.prepare
     achieved, share = bandwidth(result, gen)
     values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, achieved / 1e9,
-              None if share is None else 100 * share, prep.seconds or None,
+              None if share is None else 100 * share, prep.seconds or None, prep.lint_seconds,
               prep.memory_bytes / MIB if prep.memory_bytes else None]
     return "  ".join([mode.ljust(_WIDTHS[0]), *(_cell(v, w) for v, w in zip(values, _WIDTHS[1:]))])
 
@@ -114,6 +114,7 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "graph_launches_per_step": gen.launches and gen.launches.graph_launches,
             "kernel_launches_per_step": gen.launches and gen.launches.kernel_launches,
             "prepare_s": gen.prepare.seconds,
+            "lint_s": gen.prepare.lint_seconds,
             "graph_memory_bytes": gen.prepare.memory_bytes,
             "graph_memory_per_bucket": {str(bs): m for bs, m in gen.prepare.buckets.items()},
             "generated_ids": gen.tokens.tolist(),

@@ -32,6 +32,7 @@ class RunSpec:
     nvtx: bool = True  # a range around every module call and every step
     # token ids per row (of any lengths) instead of random ones; batch and prompt_len follow them
     prompt_ids: tuple[tuple[int, ...], ...] = ()
+    lint: bool = True  # lint the step before a graph captures it (GraphBackend)
 
     def __post_init__(self) -> None:
         if self.prompt_ids:
@@ -126,7 +127,7 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     config, model, device, dtype = load(spec)
     modes = expand_modes(spec.mode)
     # made before anything runs: a backend that cannot run here (no compiler) says so now
-    backends: list[Backend] = [make_backend(m, model, spec.buckets) for m in modes]
+    backends: list[Backend] = [make_backend(m, model, spec.buckets, spec.lint) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
     result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))

@@ -20,6 +20,7 @@ class PrepareReport:
     # per captured batch bucket, in capture order: {"pool_bytes": ..., "device_bytes": ...}
     # (device_bytes, the drop in the device's free memory, only for CUDA graphs)
     buckets: dict[int, dict[str, int]] = field(default_factory=dict)
+    lint_seconds: float | None = None  # the graph backend's lint of the step, before capture
 
 
 class Backend(ABC):

@@ -26,11 +26,12 @@ def expand_modes(mode: str) -> tuple[str, ...]:
                        f"distinct modes, got {mode!r}")
 
 
-def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None) -> Backend:
+def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
+                 lint: bool = True) -> Backend:
     if mode == "graph":
-        return GraphBackend(model, buckets)
+        return GraphBackend(model, buckets, lint)
     if mode == "piecewise":
-        return PiecewiseBackend(model, buckets)
+        return PiecewiseBackend(model, buckets, lint)
     if mode == "compile":
         return CompileBackend(model)
     return EagerBackend(model)

@@ -8,7 +8,8 @@ import torch
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
-from graphrt.graphs import CudaGraph, Graph, GraphPool, capture, graph_kind, new_pool
+from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture,
+                            graph_kind, lint_step, new_pool)
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
 
@@ -42,20 +43,39 @@ def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int]:
     return memory
 
 
+def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
+    """The decode step captured from two states, positions p and p+1 with other tokens, and
+    compared (`graphrt.graphs.lint_step`). Runs through a tape on any device.
+
+    What the captures write into the KV cache is left there (restore=False): the graph backend
+    lints before any prefill, when the cache holds nothing yet, and its own captures write it too.
+    """
+    device, vocab, slots = model.lm_head.weight.device, model.config.vocab_size, model.max_seq_len
+    tokens = (torch.arange(batch, device=device).unsqueeze(1) * 7 + 3) % vocab  # [B, 1]
+    first = max(0, (slots - 2) // 2)
+    positions = torch.full((batch,), first, dtype=torch.long, device=device)
+    states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]
+    with torch.inference_mode():
+        return lint_step(model.decode_step, states, restore=False)
+
+
 class GraphBackend(Backend):
     """CUDA Graph replay on CUDA; a TapeGraph with the same rules on other devices.
 
     Buckets are captured largest first into one memory pool; a batch pads up to the next
     bucket, and its pad rows write only into KV-cache rows no live sequence uses (rows B and up).
     A batch above the largest bucket is an error, not a silent fall-back to eager: a figure
-    labelled "graph" is always a graph's.
+    labelled "graph" is always a graph's. Before the first capture the step is linted
+    (`lint_decode`); a finding is a GraphCaptureError, unless `lint` is off.
     """
 
     name = "graph"
 
-    def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None):
+    def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
+                 lint: bool = True):
         super().__init__(model)
         self.requested = buckets
+        self.lint = lint
         self.buckets: tuple[int, ...] = ()
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
         self.kind = graph_kind(model.lm_head.weight.device)
@@ -84,6 +104,7 @@ class GraphBackend(Backend):
         if rows > self.model.max_batch:
             raise GraphrtError(f"the KV cache holds {self.model.max_batch} rows, bucket {rows} needs more")
         device = self.model.lm_head.weight.device
+        lint_seconds = self._lint() if self.lint else None
         self._allocate_inputs(rows, device)
         pool = new_pool(device)
         start = time.perf_counter()
@@ -98,7 +119,18 @@ class GraphBackend(Backend):
         notes = [] if self.kind == "cuda" else [
             f"{self.name} runs on TapeGraphs here: CUDA-graph semantics without a GPU, a correctness "
             "check, not a speed claim (launch overhead exists only on CUDA)"]
-        return PrepareReport(seconds, memory, notes, per_bucket)
+        return PrepareReport(seconds, memory, notes, per_bucket, lint_seconds)
+
+    def _lint(self) -> float:
+        """Lint the step at the smallest bucket (the cheapest: a Python value a graph would
+        freeze is there at any batch); its cost in seconds."""
+        report = lint_decode(self.model, self.buckets[0])
+        if not report.clean:
+            lines = "\n".join(f"  {finding}" for finding in report.findings)
+            raise GraphCaptureError(f"the decode step would not replay like eager "
+                                    f"({len(report.findings)} lint findings; --no-lint captures "
+                                    f"anyway):\n{lines}")
+        return report.seconds
 
     def _allocate_inputs(self, rows: int, device: torch.device) -> None:
         """The static inputs every replay reads, so each step copies its inputs in."""

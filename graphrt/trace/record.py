@@ -134,7 +134,7 @@ def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
     GraphrtError up front if NVTX would record nothing."""
     if warning := nvtx.check_recording():
         raise GraphrtError(warning)
-    backends = [make_backend(m, model, spec.buckets) for m in expand_modes(spec.mode)]
+    backends = [make_backend(m, model, spec.buckets, spec.lint) for m in expand_modes(spec.mode)]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
     previous = nvtx.set_enabled(True)
