@@ -240,7 +240,8 @@ def compare_captures(a: list[RecordedOp], b: list[RecordedOp], numbers: tuple[in
         _compare_op(a[i], b[j], numbers, index, found)
 
 
-def _model_of(step: Callable[..., Any]) -> nn.Module | None:
+def owning_module(step: Callable[..., Any]) -> nn.Module | None:
+    """`step` itself if it is a module, the module of a bound method, else None."""
     if isinstance(step, nn.Module):
         return step
     owner = getattr(step, "__self__", None)
@@ -298,7 +299,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
     """
     start = time.perf_counter()
     calls = _inputs(states)
-    model = model if model is not None else _model_of(step)
+    model = model if model is not None else owning_module(step)
     buffers = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in calls[0]]
     inputs = {storage_key(t): i for i, t in enumerate(buffers) if t is not None}
     device = next((p.device for p in model.parameters()), None) if model is not None else None

@@ -1,0 +1,175 @@
+"""Checks for your own step function, for pytest: does a graph of it replay like eager?
+
+    from graphrt.testing import assert_replays_like_eager
+
+    def test_my_decoder_replays_like_eager():
+        assert_replays_like_eager(model.eval(), (token, position), steps=16,
+                                  next_inputs=lambda logits, token, position: (logits.argmax(-1), position + 1))
+
+`assert_replays_like_eager` first lints the step (`graphrt.graphs.lint_step`, from the inputs of
+its first two steps), then runs it `steps` times eagerly, then captures it once (a CUDA graph on
+CUDA, a TapeGraph elsewhere) and replays it for the same steps, copying each step's inputs into
+the static buffers as a graph runner does. Outputs must match: integer and boolean outputs
+exactly, floating ones within `atol + rtol * |eager|` (0 and 0 by default: bitwise, which a tape
+gives). The first difference fails the test with its step, output and size.
+
+State: the eager run is undone before the graph runs (`graphrt.graphs.restore.preserved`: the
+tensors it wrote, the module attributes, the RNG), so both start from the same state; the graph
+run's writes stay, as a real one's would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_map
+
+from graphrt.graphs import LintReport, capture, graph_kind, lint_step
+from graphrt.graphs.lint import owning_module
+from graphrt.graphs.restore import preserved
+
+__all__ = ["assert_lint_clean", "assert_replays_like_eager", "compare_replay", "ReplayComparison",
+           "first_difference"]
+
+
+@dataclass(frozen=True)
+class ReplayComparison:
+    steps: int
+    divergence: str | None  # the first difference, in words; None when every step matched
+    max_abs_diff: float  # over the floating outputs of the steps that matched
+
+    @property
+    def matches(self) -> bool:
+        return self.divergence is None
+
+    def describe(self) -> str:
+        if self.divergence is None:
+            return f"replay matches eager over {self.steps} steps (max |Δ| {self.max_abs_diff:.3g})"
+        return f"replay differs from eager: {self.divergence}"
+
+
+def _args(value: Any) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _kept(out: Any) -> Any:
+    """A copy of every tensor in `out`: a graph overwrites its output on the next replay."""
+    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, out)
+
+
+def first_difference(eager: Any, other: Any, atol: float = 0.0, rtol: float = 0.0
+                     ) -> tuple[str | None, float]:
+    """Where `other` first differs from `eager` (pytrees of tensors and Python values), in
+    words, or None; and the largest |Δ| over their floating tensors."""
+    leaves, spec = tree_flatten(eager)
+    others, other_spec = tree_flatten(other)
+    if spec != other_spec:
+        return f"the output's structure is {other_spec}, eager's {spec}", 0.0
+    largest = 0.0
+    for i, (a, b) in enumerate(zip(leaves, others)):
+        where = f"output {i}" if len(leaves) > 1 else "the output"
+        if not isinstance(a, torch.Tensor):
+            if a != b:
+                return f"{where} is {b!r}, eager's {a!r}", largest
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{where} is {b.dtype} {list(b.shape)}, eager's {a.dtype} {list(a.shape)}", largest
+        if not a.is_floating_point():
+            if not torch.equal(a, b):
+                index = tuple((a != b).nonzero()[0].tolist())
+                return f"{where} at {index} is {b[index].item()}, eager's {a[index].item()}", largest
+            continue
+        diff = (a.double() - b.double()).abs()
+        excess = diff - (atol + rtol * a.double().abs())
+        largest = max(largest, diff.max().item() if diff.numel() else 0.0)
+        if excess.numel() and (excess.max() > 0 or excess.isnan().any()):
+            index = tuple(int(k) for k in torch.unravel_index(excess.nan_to_num(float("inf")).argmax(), a.shape))
+            return (f"{where} at {index} is {b[index].item():.6g}, eager's {a[index].item():.6g} "
+                    f"(|Δ| {diff[index].item():.3g} > atol {atol:g} + rtol {rtol:g} × |eager|)"), largest
+    return None, largest
+
+
+def _eager_run(step: Callable[..., Any], first: tuple, steps: int,
+               next_inputs: Callable[..., Any] | None) -> tuple[list[tuple], list[Any]]:
+    inputs, outputs, args = [], [], first
+    for _ in range(steps):
+        out = step(*args)
+        inputs.append(args)
+        outputs.append(_kept(out))
+        args = _args(next_inputs(out, *args)) if next_inputs else args
+    return inputs, outputs
+
+
+def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
+                   next_inputs: Callable[..., Any] | None = None, atol: float = 0.0,
+                   rtol: float = 0.0, model: nn.Module | None = None,
+                   warmup: int = 2) -> ReplayComparison:
+    """Run `step(*inputs)` `steps` times eagerly, then as one captured graph replayed `steps`
+    times; compare step by step. `next_inputs(output, *inputs)` gives the next step's inputs
+    (the same inputs every step without it). The step is warmed up `warmup` times before the
+    capture, and those calls are undone too."""
+    model = model if model is not None else owning_module(step)
+    first = _args(inputs)
+    with preserved(model):
+        eager_inputs, eager_outputs = _eager_run(step, first, steps, next_inputs)
+    statics = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in first]
+    call = lambda: step(*statics)  # noqa: E731
+    device = next((p.device for p in model.parameters()), None) if model is not None else None
+    device = device or next((a.device for a in statics if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    with preserved(model):
+        for _ in range(warmup):
+            call()
+    # A tape capture runs the step once more (a CUDA capture runs nothing): undo that call too.
+    undo = preserved(model) if graph_kind(device) == "tape" else contextlib.nullcontext()
+    with undo:
+        graph, static_out = capture(call, device=device, warmup=0)
+    args, largest = first, 0.0
+    for i in range(steps):
+        differs, _ = first_difference(eager_inputs[i], args)
+        if differs is not None:
+            return ReplayComparison(steps, f"step {i}: its inputs differ from eager's "
+                                           f"({differs.replace('output', 'input')})", largest)
+        for static, value in zip(statics, args):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value)
+        graph.replay()
+        out = _kept(static_out)
+        differs, diff = first_difference(eager_outputs[i], out, atol, rtol)
+        if differs is not None:
+            return ReplayComparison(steps, f"step {i}: {differs}", largest)
+        largest = max(largest, diff)
+        args = _args(next_inputs(out, *args)) if next_inputs else args
+    return ReplayComparison(steps, None, largest)
+
+
+def assert_lint_clean(step: Callable[..., Any], states: list[Any], *,
+                      model: nn.Module | None = None) -> LintReport:
+    """Fail, listing every finding, unless `lint_step(step, states)` finds nothing."""
+    report = lint_step(step, states, model=model)
+    if not report.clean:
+        raise AssertionError(f"a graph of this step would not replay like eager\n{report}")
+    return report
+
+
+def assert_replays_like_eager(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
+                              next_inputs: Callable[..., Any] | None = None, atol: float = 0.0,
+                              rtol: float = 0.0, model: nn.Module | None = None,
+                              lint: bool = True) -> ReplayComparison:
+    """Fail unless the step is lint-clean (from the inputs of its first two steps) and a graph
+    of it replays like eager for `steps` steps (see `compare_replay`)."""
+    model = model if model is not None else owning_module(step)
+    if lint:
+        first = _args(inputs)
+        with preserved(model):
+            second = _args(next_inputs(step(*first), *first)) if next_inputs else first
+        assert_lint_clean(step, [first, second], model=model)
+    result = compare_replay(step, inputs, steps=steps, next_inputs=next_inputs, atol=atol,
+                            rtol=rtol, model=model)
+    if not result.matches:
+        raise AssertionError(result.describe())
+    return result
