@@ -254,3 +254,23 @@ def test_no_false_finding_on_graphrt_step_over_random_configs(kv_heads, groups, 
     with torch.inference_mode():
         report = lint_step(model.decode_step, _decode_states(model, batch, position), warmup=0)
     assert report.clean, str(report)
+
+
+class Appends(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.seen.append(len(self.seen))
+        self.last = x * 2  # an attribute the step adds, a new tensor each call
+        return self.proj(x)
+
+
+def test_attributes_are_restored_in_place_and_added_ones_dropped():
+    model = Net(Appends()).eval()
+    seen = model.body.seen
+    report = lint_step(model, [(X0,), (X1,)])
+    assert model.body.seen is seen and seen == []
+    assert not hasattr(model.body, "last")
+    assert {f.module for f in report.findings if f.kind == "attribute"} == {"body.seen", "body.last"}

@@ -84,6 +84,8 @@ class LintReport:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} {list(value.shape)} tensor"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

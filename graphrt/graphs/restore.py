@@ -88,10 +88,10 @@ class AttributeSnapshot:
     as they were when the snapshot was taken."""
 
     def __init__(self, model: nn.Module | None) -> None:
+        # name -> (module, attribute, value, a copy of a container's items)
         self.values: dict[str, tuple[nn.Module, str, Any, Any]] = {}
-        if model is None:
-            return
-        for qualname, module in model.named_modules():
+        self.modules = [] if model is None else [m for _, m in model.named_modules()]
+        for qualname, module in model.named_modules() if model is not None else ():
             for key, value in vars(module).items():
                 if key not in _MODULE_INTERNALS:
                     name = f"{qualname}.{key}" if qualname else key
@@ -112,16 +112,18 @@ class AttributeSnapshot:
     def restore(self) -> None:
         """Put every attribute back (an in-place edited list gets its old items back) and drop
         the ones added since."""
-        for module, key, value, copy in self.values.values():
-            if isinstance(value, (list, dict, set)):
-                value.clear()
-                value.update(copy) if isinstance(value, (dict, set)) else value.extend(copy)
-            vars(module)[key] = value
-        modules = {id(m): m for m, *_ in self.values.values()}
-        for module in modules.values():
+        kept = {(id(module), key) for module, key, _, _ in self.values.values()}
+        for module in self.modules:
             for key in [k for k in vars(module) if k not in _MODULE_INTERNALS]:
-                if not any(m is module and k == key for m, k, *_ in self.values.values()):
+                if (id(module), key) not in kept:
                     del vars(module)[key]
+        for module, key, value, copy in self.values.values():
+            if isinstance(value, list):
+                value[:] = copy
+            elif isinstance(value, (dict, set)):
+                value.clear()
+                value.update(copy)
+            vars(module)[key] = value
 
 
 @contextlib.contextmanager
