@@ -274,3 +274,29 @@ def test_attributes_are_restored_in_place_and_added_ones_dropped():
     assert model.body.seen is seen and seen == []
     assert not hasattr(model.body, "last")
     assert {f.module for f in report.findings if f.kind == "attribute"} == {"body.seen", "body.last"}
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_on_cuda_a_counter_kept_on_the_host_is_a_host_tensor():
+    model = Net(HostCounter()).cuda().eval()  # .cuda() moves buffers, not the plain attribute
+    with torch.inference_mode():
+        report = lint_step(model, [(X0.cuda(),), (X1.cuda(),)])
+    host = [str(f) for f in report.findings if f.kind == "host-tensor"]
+    assert any(line.startswith("aten.copy_.default in body (HostCounter): argument src is "
+                               "body.host_position") and "a CUDA graph records no host work" in line
+               for line in host), report
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_on_cuda_graphrt_decode_step_is_lint_clean():
+    model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.bfloat16, seed=0)
+    model.setup_cache(2, 8)
+    states = [tuple(t.cuda() for t in state) for state in _decode_states(model, 2, 3)]
+    with torch.inference_mode():
+        report = lint_step(model.decode_step, states)
+    assert report.clean, str(report)

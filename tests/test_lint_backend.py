@@ -39,8 +39,8 @@ def test_a_python_position_stops_the_capture_naming_op_and_values():
     message = str(info.value)
     assert message.startswith("the decode step would not replay like eager")
     assert "--no-lint captures anyway" in message
-    assert ("aten.full_like.default in the step, outside any module: argument fill_value is 17 in "
-            "capture 1 and 18 in capture 2: a Python value read at capture; replay uses 17 forever") in message
+    assert ("aten.full_like.default in the step, outside any module: argument fill_value is 16 in "
+            "capture 1 and 17 in capture 2: a Python value read at capture; replay uses 16 forever") in message
 
 
 def test_without_the_lint_the_same_step_captures_and_replays_wrong():

@@ -114,3 +114,20 @@ def test_first_difference_honours_the_stated_tolerance():
     assert differs.startswith("output 0 at (1,) is 2.001, eager's 2") and largest == pytest.approx(1e-3, rel=1e-3)
     assert first_difference(eager, (close[0], torch.tensor([5])), atol=1)[0] == "output 1 at (0,) is 5, eager's 4"
     assert "nan" in first_difference(eager, (torch.tensor([1.0, float("nan"), 3.0]), eager[1]), atol=1)[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_readme_decoder_replays_a_cuda_graph_like_eager():
+    model = readme_decoder()().cuda().eval()
+    result = assert_replays_like_eager(model, (torch.tensor([1], device="cuda"), torch.tensor([0], device="cuda")),
+                                       steps=16, next_inputs=next_token)
+    assert result.matches
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_frozen_python_position_diverges_under_a_cuda_graph():
+    result = compare_replay(PythonPositionDecoder().cuda().eval(), (torch.tensor([1], device="cuda"), 0),
+                            steps=8, next_inputs=next_token)
+    assert result.divergence.startswith("step 1: ")

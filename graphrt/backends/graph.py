@@ -49,6 +49,8 @@ def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
 
     What the captures write into the KV cache is left there (restore=False): the graph backend
     lints before any prefill, when the cache holds nothing yet, and its own captures write it too.
+    No warmup: the step has no first-call path, so a cold capture is a steady one (and tests
+    lint it cold over random configs).
     """
     device, vocab, slots = model.lm_head.weight.device, model.config.vocab_size, model.max_seq_len
     tokens = (torch.arange(batch, device=device).unsqueeze(1) * 7 + 3) % vocab  # [B, 1]
@@ -56,7 +58,7 @@ def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
     positions = torch.full((batch,), first, dtype=torch.long, device=device)
     states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]
     with torch.inference_mode():
-        return lint_step(model.decode_step, states, restore=False)
+        return lint_step(model.decode_step, states, warmup=0, restore=False)
 
 
 class GraphBackend(Backend):
