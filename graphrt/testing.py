@@ -3,8 +3,9 @@
     from graphrt.testing import assert_replays_like_eager
 
     def test_my_decoder_replays_like_eager():
-        assert_replays_like_eager(model.eval(), (token, position), steps=16,
-                                  next_inputs=lambda logits, token, position: (logits.argmax(-1), position + 1))
+        assert_replays_like_eager(
+            model.eval(), (token, position), steps=16,
+            next_inputs=lambda logits, token, position: (logits.argmax(-1), position + 1))
 
 `assert_replays_like_eager` first lints the step (`graphrt.graphs.lint_step`, from the inputs of
 its first two steps), then runs it `steps` times eagerly, then captures it once (a CUDA graph on
@@ -88,9 +89,11 @@ def first_difference(eager: Any, other: Any, atol: float = 0.0, rtol: float = 0.
         excess = diff - (atol + rtol * a.double().abs())
         largest = max(largest, diff.max().item() if diff.numel() else 0.0)
         if excess.numel() and (excess.max() > 0 or excess.isnan().any()):
-            index = tuple(int(k) for k in torch.unravel_index(excess.nan_to_num(float("inf")).argmax(), a.shape))
-            return (f"{where} at {index} is {b[index].item():.6g}, eager's {a[index].item():.6g} "
-                    f"(|Δ| {diff[index].item():.3g} > atol {atol:g} + rtol {rtol:g} × |eager|)"), largest
+            worst = excess.nan_to_num(float("inf")).argmax()
+            index = tuple(int(k) for k in torch.unravel_index(worst, a.shape))
+            message = (f"{where} at {index} is {b[index].item():.6g}, eager's {a[index].item():.6g} "
+                       f"(|Δ| {diff[index].item():.3g} > atol {atol:g} + rtol {rtol:g} × |eager|)")
+            return message, largest
     return None, largest
 
 
@@ -120,7 +123,8 @@ def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
     statics = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in first]
     call = lambda: step(*statics)  # noqa: E731
     device = next((p.device for p in model.parameters()), None) if model is not None else None
-    device = device or next((a.device for a in statics if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    tensors = [a for a in statics if isinstance(a, torch.Tensor)]
+    device = device or (tensors[0].device if tensors else torch.device("cpu"))
     with preserved(model):
         for _ in range(warmup):
             call()

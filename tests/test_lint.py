@@ -300,3 +300,37 @@ def test_on_cuda_graphrt_decode_step_is_lint_clean():
     with torch.inference_mode():
         report = lint_step(model.decode_step, states)
     assert report.clean, str(report)
+
+
+class GrowingList(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[torch.Tensor] = []
+
+    def forward(self, x):
+        self.history.append(self.proj(x))
+        return torch.cat(self.history).sum(0)
+
+
+def test_a_list_of_tensors_that_grows_is_caught_at_the_op_that_takes_it():
+    report = lint_step(Net(GrowingList()).eval(), [(X0,), (X1,)])
+    lines = [str(f) for f in report.findings]
+    assert any(line.startswith("aten.cat.default in body (GrowingList): takes arguments "
+                               "(tensors[0], tensors[1]) in capture 1 and (tensors[0], "
+                               "tensors[1], tensors[2]) in capture 2") for line in lines), lines
+    assert "attribute body.history changed during the step (a list of 1 tensors -> a list of 2 tensors)" in lines[0]
+
+
+class DataDependentShape(Case):
+    def forward(self, x):
+        return self.cache.index_select(0, (x[0] > 0).nonzero()[:, 0])
+
+
+def test_a_shape_that_follows_the_data_is_refused_and_reported_as_a_shape():
+    x0, x1 = torch.ones(1, WIDTH), torch.ones(1, WIDTH)
+    x1[0, :3] = -1
+    report = lint_step(Net(DataDependentShape()).eval(), [(x0,), (x1,)])
+    kinds = {f.kind: str(f) for f in report.findings}
+    assert kinds["refused"].startswith("aten.nonzero.default in body (DataDependentShape)")
+    assert kinds["shape"] == ("aten.nonzero.default in body (DataDependentShape): result shape "
+                              "[8, 1] in capture 1 and [5, 1] in capture 2: replay keeps [8, 1] forever")

@@ -86,6 +86,8 @@ class LintReport:
 def _show(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {str(value.dtype).removeprefix('torch.')} {list(value.shape)} tensor"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return f"a {type(value).__name__} of {len(value)} tensors"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -116,19 +118,24 @@ class _Findings:
                      for f, n in self.seen.values())
 
 
+def _refusal_message(op: RecordedOp, module: nn.Module | None) -> str:
+    """The capture's refusal, and for a random op what CUDA would do and whether a module in
+    training mode (dropout) is why it is there."""
+    if "random" not in op.refusal:
+        return op.refusal
+    message = (f"{op.refusal}; a CUDA graph draws new numbers on each replay, but not eager's, "
+               "so the step cannot be checked against eager")
+    if module is not None and module.training:
+        message += f"; {_module(op)} is in training mode: call .eval() on the model"
+    return message
+
+
 def _single_capture(ops: list[RecordedOp], device: torch.device, modules: dict[str, nn.Module],
                     found: _Findings) -> None:
     """What one capture shows on its own: refusals, host tensors, tensors from outside."""
     for op in ops:
         if op.refusal is not None:
-            module = modules.get(_module(op))
-            hint = ""
-            if "random" in op.refusal:
-                hint = ("; a CUDA graph draws new numbers on each replay, but not eager's, so the "
-                        "step cannot be checked against eager")
-                if module is not None and module.training:
-                    hint += f"; {_module(op)} is in training mode: call .eval() on the model"
-            found.add("refused", op, op.refusal + hint)
+            found.add("refused", op, _refusal_message(op, modules.get(_module(op))))
         for name, use in op.args:
             if not isinstance(use, TensorUse):
                 continue
@@ -194,9 +201,10 @@ def _compare_op(x: RecordedOp, y: RecordedOp, numbers: tuple[int, int], pairs: d
     """Two matched ops of two captures: every difference a replay would freeze."""
     first, second = (f"in capture {n}" for n in numbers)
     if [name for name, _ in x.args] != [name for name, _ in y.args]:
+        names = lambda op: ", ".join(n for n, _ in op.args)  # noqa: E731
         found.add("python-value", x, (
-            f"takes arguments ({', '.join(n for n, _ in x.args)}) {first} and "
-            f"({', '.join(n for n, _ in y.args)}) {second}: a list built in Python; replay keeps capture {numbers[0]}'s"))
+            f"takes arguments ({names(x)}) {first} and ({names(y)}) {second}: a list built in "
+            f"Python; replay keeps capture {numbers[0]}'s"))
         return
     uses = [(n, a, b) for (n, a), (_, b) in zip(x.args, y.args) if isinstance(a, TensorUse)]
     # A shape that changed upstream changes Python values derived from it here (view sizes, ...):
