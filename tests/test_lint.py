@@ -334,3 +334,42 @@ def test_a_shape_that_follows_the_data_is_refused_and_reported_as_a_shape():
     assert kinds["refused"].startswith("aten.nonzero.default in body (DataDependentShape)")
     assert kinds["shape"] == ("aten.nonzero.default in body (DataDependentShape): result shape "
                               "[8, 1] in capture 1 and [5, 1] in capture 2: replay keeps [8, 1] forever")
+
+
+class AlternatingTables(Case):
+    """Double-buffering chosen in Python: a different buffer on every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("even", torch.zeros(WIDTH))
+        self.register_buffer("odd", torch.ones(WIDTH))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.proj(x) + (self.even if self.calls % 2 == 0 else self.odd)
+
+
+def test_a_buffer_chosen_in_python_is_caught_naming_both():
+    report = lint_step(Net(AlternatingTables()).eval(), [(X0,), (X1,)])
+    lines = [str(f) for f in report.findings if f.kind == "tensor"]
+    assert lines == ["aten.add.Tensor in body (AlternatingTables): argument other is body.even in "
+                     "capture 1 and body.odd in capture 2: replay reads capture 1's tensor forever"]
+
+
+class ScaledTwice(Case):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 1.0
+
+    def forward(self, x):
+        self.scale *= 2
+        return self.proj(x * self.scale) * self.scale
+
+
+def test_one_cause_at_several_ops_of_a_module_is_one_line_that_counts_them():
+    report = lint_step(Net(ScaledTwice()).eval(), [(X0,), (X1,)])
+    lines = [str(f) for f in report.findings if f.kind == "python-value"]
+    assert lines == ["aten.mul.Tensor in body (ScaledTwice): argument other is 4.0 in capture 1 and "
+                     "8.0 in capture 2: a Python value read at capture; replay uses 4.0 forever; "
+                     "pass it in a static input tensor (2 ops)"]
