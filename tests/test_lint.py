@@ -371,3 +371,17 @@ def test_one_cause_at_several_ops_of_a_module_is_one_line_that_counts_them():
     assert lines == ["aten.mul.Tensor in body (ScaledTwice): argument other is 4.0 in capture 1 and "
                      "8.0 in capture 2: a Python value read at capture; replay uses 4.0 forever; "
                      "pass it in a static input tensor (2 ops)"]
+
+
+def test_a_plain_function_over_tensors_is_linted_without_a_model():
+    weight, cache = torch.randn(WIDTH, WIDTH), torch.zeros(SLOTS, WIDTH)
+
+    def step(x, position):
+        cache[position] = x @ weight
+        return cache.sum(0)
+
+    report = lint_step(step, [(X0, 5), (X1, 6)])
+    assert [f.kind for f in report.findings] == ["python-value"]  # weight and cache are not judged
+    assert str(report.findings[0]).startswith(
+        "aten.select.int in the step, outside any module: argument index is 5 in capture 1 and 6")
+    assert not cache.any()  # restored

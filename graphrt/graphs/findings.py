@@ -89,8 +89,9 @@ def _refusal_message(op: RecordedOp, module: nn.Module | None) -> str:
 
 
 def check_capture(ops: list[RecordedOp], device: torch.device, modules: dict[str, nn.Module],
-                    found: Findings) -> None:
-    """What one capture shows on its own: refusals, host tensors, tensors from outside."""
+                  found: Findings, judge_outside: bool = True) -> None:
+    """What one capture shows on its own: refusals, host tensors, and (if `judge_outside`: only
+    a model says which tensors are static) tensors from outside the step."""
     for op in ops:
         if op.refusal is not None:
             found.add("refused", op, _refusal_message(op, modules.get(_module(op))))
@@ -102,7 +103,7 @@ def check_capture(ops: list[RecordedOp], device: torch.device, modules: dict[str
                     f"argument {name} is {use.describe()}, on the host while the step runs on "
                     f"{device.type}: a CUDA graph records no host work, so replay reads it as it "
                     f"was at capture; keep it on {device.type}"))
-            elif use.origin is Origin.OUTSIDE:
+            elif use.origin is Origin.OUTSIDE and judge_outside:
                 found.add("outside-tensor", op, (
                     f"argument {name} is {use.describe()}, neither a static input nor made inside "
                     "the step: replay uses it where it lies and sees no update made outside the "

@@ -107,7 +107,8 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
 
     `model` (default: `step` itself, or the module a bound method belongs to) names the modules
     in findings, defines the static tensors (its parameters and buffers) and has its attributes
-    watched. `restore=False` leaves what the step wrote (for a caller that does not need it, like
+    watched. Without one, tensors the step reads from outside are not judged: nothing tells its
+    weights from stray state. `restore=False` leaves what the step wrote (for a caller that does not need it, like
     a graph backend before any prefill).
     """
     start = time.perf_counter()
@@ -148,7 +149,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
                     "a replay runs no Python, so it never changes again (and ops that read it "
                     "replay the captured value)"), module=name)
             captures.append(recorder.ops)
-    check_capture(captures[0], device, modules, found)
+    check_capture(captures[0], device, modules, found, judge_outside=model is not None)
     for k, ops in enumerate(captures[1:], 1):
         compare_captures(captures[0], ops, (1, k + 1), found)
     return LintReport(found.all(), len(captures), len(captures[0]), time.perf_counter() - start)

@@ -156,7 +156,8 @@ class OpRecorder(TorchDispatchMode):
             return TensorUse(Origin.STATIC, self.statics[key], *meta, name=self.statics[key])
         if key in self.made:
             return TensorUse(Origin.MADE, self.made[key], *meta)
-        values = t.detach().clone() if t.numel() <= SHOWN_VALUES else None
+        small = t.numel() <= SHOWN_VALUES and t.device.type != "meta"  # meta tensors hold no values
+        values = t.detach().clone() if small else None
         self._alive.append(t)
         if key in self.python:
             return TensorUse(Origin.PYTHON, self.python[key], *meta, values=values)
