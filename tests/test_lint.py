@@ -56,7 +56,7 @@ class GrowingSlice(Case):
     def forward(self, x):
         self.cache[self.n] = self.proj(x)
         self.n += 1
-        return self.cache[: self.n].sum(0)  # the length a replay sums over is the captured one
+        return self.cache[: self.n].flatten()  # the length a replay reads is the captured one
 
 
 class TensorFromPosition(Case):
@@ -156,6 +156,13 @@ def test_every_zoo_step_is_caught_naming_op_module_and_values(name):
     assert any(all(w in line for w in words) for line in lines), "\n".join(lines)
 
 
+def test_a_python_value_is_reported_where_it_arises_not_at_every_op_downstream():
+    # flatten's view takes a size computed from the sliced shape: derived, not a second cause
+    report = lint_step(Net(GrowingSlice()).eval(), [(X0,), (X1,)])
+    assert [f.op for f in report.findings if f.kind != "attribute"] == ["aten.select.int",
+                                                                        "aten.slice.Tensor"]
+
+
 def test_an_attribute_written_in_forward_is_named():
     report = lint_step(Net(AttributeInForward()).eval(), [(X0,), (X1,)])
     attribute = [f for f in report.findings if f.kind == "attribute"]
@@ -174,12 +181,17 @@ def test_a_branch_taken_differently_is_reported_as_control_flow():
 def test_the_lint_leaves_the_callers_state_as_it_found_it():
     model = Net(GrowingSlice()).eval()
     model.body.cache.normal_()
-    cache, rng = model.body.cache.clone(), torch.random.get_rng_state()
+    cache = model.body.cache.clone()
     lint_step(model, [(X0,), (X1,)])
     assert torch.equal(model.body.cache, cache)  # written at slots 4, 5, 6 by the captures: back
     assert model.body.n == 4
-    assert torch.equal(torch.random.get_rng_state(), rng)
     assert not nvtx.is_attached(model)  # the ranges it attached for itself are gone
+
+
+def test_the_random_numbers_a_lint_draws_are_given_back():
+    rng = torch.random.get_rng_state()
+    lint_step(Net(RandomNoise()).eval(), [(X0,), (X1,)])  # three calls draw from the generator
+    assert torch.equal(torch.random.get_rng_state(), rng)
 
 
 def test_without_restore_the_writes_stay():
