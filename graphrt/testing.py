@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
-from graphrt.graphs import LintReport, capture, graph_kind, lint_step
+from graphrt.graphs import LintReport, capture, lint_step, new_pool
 from graphrt.graphs.lint import owning_module
 from graphrt.graphs.restore import preserved
 
@@ -125,13 +125,21 @@ def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
     device = next((p.device for p in model.parameters()), None) if model is not None else None
     tensors = [a for a in statics if isinstance(a, torch.Tensor)]
     device = device or (tensors[0].device if tensors else torch.device("cpu"))
-    with preserved(model):
+    # Warm up here rather than in `capture`, so the warmup can be undone; on CUDA on the pool's
+    # side stream, the one the capture runs on (lazy cuBLAS set-up is per stream).
+    pool = new_pool(device)
+    side = torch.cuda.stream(pool.stream) if pool.stream is not None else contextlib.nullcontext()
+    if pool.stream is not None:
+        torch.cuda.synchronize(device)  # the eager run, on the caller's stream, is done
+    with side, preserved(model):
         for _ in range(warmup):
             call()
+    if pool.stream is not None:
+        torch.cuda.synchronize(device)  # and so are the warmup and its undoing
     # A tape capture runs the step once more (a CUDA capture runs nothing): undo that call too.
-    undo = preserved(model) if graph_kind(device) == "tape" else contextlib.nullcontext()
+    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()
     with undo:
-        graph, static_out = capture(call, device=device, warmup=0)
+        graph, static_out = capture(call, device=device, pool=pool, warmup=0)
     args, largest = first, 0.0
     for i in range(steps):
         differs, _ = first_difference(eager_inputs[i], args)
