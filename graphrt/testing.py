@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
 from graphrt.graphs import LintReport, capture, lint_step, new_pool
-from graphrt.graphs.lint import owning_module
+from graphrt.graphs.lint import owning_module, step_device
 from graphrt.graphs.restore import preserved
 
 __all__ = ["assert_lint_clean", "assert_replays_like_eager", "compare_replay", "ReplayComparison",
@@ -122,9 +122,7 @@ def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
         eager_inputs, eager_outputs = _eager_run(step, first, steps, next_inputs)
     statics = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in first]
     call = lambda: step(*statics)  # noqa: E731
-    device = next((p.device for p in model.parameters()), None) if model is not None else None
-    tensors = [a for a in statics if isinstance(a, torch.Tensor)]
-    device = device or (tensors[0].device if tensors else torch.device("cpu"))
+    device = step_device(model, first)
     # Warm up here rather than in `capture`, so the warmup can be undone; on CUDA on the pool's
     # side stream, the one the capture runs on (lazy cuBLAS set-up is per stream).
     pool = new_pool(device)

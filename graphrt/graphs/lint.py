@@ -67,6 +67,14 @@ def owning_module(step: Callable[..., Any]) -> nn.Module | None:
     return owner if isinstance(owner, nn.Module) else None
 
 
+def step_device(model: nn.Module | None, args: tuple) -> torch.device:
+    """Where a step runs: its model's parameters' device, else its first tensor argument's."""
+    for tensor in [*(model.parameters() if model is not None else ()), *args]:
+        if isinstance(tensor, torch.Tensor):
+            return tensor.device
+    return torch.device("cpu")
+
+
 @contextlib.contextmanager
 def module_ranges(model: nn.Module | None) -> Iterator[dict[str, nn.Module]]:
     """graphrt's module ranges on `model` for the block (range name -> module): the ones already
@@ -116,8 +124,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
     model = model if model is not None else owning_module(step)
     buffers = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in calls[0]]
     inputs = {storage_key(t): i for i, t in enumerate(buffers) if t is not None}
-    device = next((p.device for p in model.parameters()), None) if model is not None else None
-    device = device or next((t.device for t in buffers if t is not None), torch.device("cpu"))
+    device = step_device(model, calls[0])
     found = Findings()
     captures: list[list[RecordedOp]] = []
 
