@@ -18,6 +18,10 @@ Two implementations share it:
 
 Unlike a CUDA capture, which only records kernels, a tape capture *executes* `fn` once more
 than the warmup did; a step that writes a KV cache writes it during capture too.
+
+What no capture refuses but every replay gets wrong (a Python value read at capture, a tensor
+built from Python data, control flow on Python state) is what `lint_step(fn, states)` finds:
+it captures `fn` from several input states and compares the captures op by op (lint.py).
 """
 
 from __future__ import annotations
