@@ -17,7 +17,7 @@ from torch import nn
 from graphrt import nvtx
 from graphrt.config import PRESETS, ModelConfig
 from graphrt.errors import GraphrtError
-from graphrt.graphs import lint_step
+from graphrt.graphs import GraphCaptureError, capture, lint_step
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.weights import build_model
 
@@ -398,3 +398,13 @@ def test_a_plain_function_over_tensors_is_linted_without_a_model():
     assert str(report.findings[0]).startswith(
         "aten.select.int in the step, outside any module: argument index is 5 in capture 1 and 6")
     assert not cache.any()  # restored
+
+
+def test_a_tape_capture_itself_refuses_a_branch_on_tensor_data_naming_the_module():
+    # On the CPU `bool(tensor)` reads the data without a `_local_scalar_dense`: the tape has to
+    # refuse `is_nonzero` itself (on CUDA the copy to the host would fail the capture).
+    model = Net(BranchOnData()).eval()
+    with torch.inference_mode(), nvtx.attach(model), pytest.raises(GraphCaptureError) as info:
+        capture(lambda: model(X0, torch.tensor([3])), device="cpu", warmup=0)
+    assert str(info.value).startswith("aten.is_nonzero.default in body (BranchOnData): operation "
+                                      "not permitted while capturing (a host sync")
