@@ -61,7 +61,7 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             "share_of_peak": m["bandwidth_share_of_peak"],
             "graph_MiB_per_bucket": {bs: {k: v / MIB for k, v in mem.items()}
                                      for bs, mem in m["graph_memory_per_bucket"].items()},
-            "prepare_s": m["prepare_s"],
+            "prepare_s": m["prepare_s"], "lint_s": m.get("lint_s"),
         })
     return rows
 
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
         print("CUDA tests: " + ", ".join(f"{v} {k}" for k, v in summary["cuda_tests"].items()))
     keys = ["batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
             "host_launches_per_step", "graph_launches_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
-            "share_of_peak", "prepare_s"]
+            "share_of_peak", "prepare_s", "lint_s"]
     rows = summary["runs"] + (summary["compile_b1"] or [])
     if rows:
         print(tabulate([[_fmt(r[k]) for k in keys] for r in rows], headers=keys))
