@@ -11,14 +11,18 @@ from torch.autograd import DeviceType
 from graphrt.opcount import op_names
 
 # Host-side calls that put work on the GPU; `cudaGraphLaunch` puts a whole graph there at once.
-GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+# ROCm's HIP names read the same way (a ROCm torch.profiler trace says hipGraphLaunch).
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
 # Any other launch: cudaLaunchKernel(ExC), cudaLaunchCooperativeKernel, cudaLaunchHostFunc, the
-# driver's cuLaunchKernel(Ex), ...
-KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
+# driver's cuLaunchKernel(Ex), HIP's hipLaunchKernel, hipModuleLaunchKernel,
+# hipExtModuleLaunchKernel, ...
+KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipModuleLaunch", "hipExtModuleLaunch",
+                          "hipExtLaunch")
 
 
 def launch_kind(api_name: str) -> str | None:
-    """"graph" for cudaGraphLaunch*, "kernel" for the other launch APIs, None for the rest.
+    """"graph" for cudaGraphLaunch* (and HIP's), "kernel" for the other launch APIs, None for the
+    rest.
 
     The one definition of a launch call, for `graphrt run`'s count and `graphrt analyze`'s."""
     if api_name.startswith(GRAPH_LAUNCH_APIS):

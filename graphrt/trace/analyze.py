@@ -17,8 +17,9 @@ How things are tied together (all on the CPU side, per thread):
 - A CPU op (torch.profiler `cpu_op`) belongs to the innermost range open when it began; only
   top-level ops (not called by another op) are counted, so `aten::linear` is one op, not three.
 
-A decode step is a range named `decode_step[...]` or `replay[...]`. Steps with the same name form
-a group; a group's figures are medians over its steps.
+A step is a range named `decode_step[...]` or `replay[...]`, or torch.profiler's `ProfilerStep#N`
+(graphrt.trace.names). Steps with the same group name form a group; a group's figures are
+medians over its steps. Range names group the same way (per-call counters dropped).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from typing import Protocol
 from graphrt.launches import launch_kind
 from graphrt.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.model import Trace
-
-STEP_PREFIXES = ("decode_step[", "replay[")
+from graphrt.trace.names import group_name, is_step
 
 
 class _Span(Protocol):
@@ -43,10 +43,6 @@ class _Span(Protocol):
     end_ns: int
     pid: int
     tid: int
-
-
-def is_step(name: str) -> bool:
-    return name.startswith(STEP_PREFIXES)
 
 
 def range_kind(name: str) -> str | None:
@@ -252,6 +248,9 @@ class _Attribution:
     kernels: list[list[int]]  # per range: kernels launched inside it
     launches: list[list[int]]  # per range: launch API calls made inside it
     ops: list[list[int]]  # per range: top-level CPU ops run inside it
+    kernel_home: list[int | None]  # per kernel: the innermost range its launch call was made in
+    top_ops: list[int]  # the CPU ops no other op called, by index into Trace.cpu_ops
+    op_home: dict[int, int | None]  # per top-level op: the innermost range it ran in
 
     @classmethod
     def of(cls, trace: Trace) -> _Attribution:
@@ -259,13 +258,15 @@ class _Attribution:
         parent = _parents(ranges)
         locate = _Locator(ranges, parent).innermost
         call_home = [locate(c.pid, c.tid, c.start_ns) for c in calls]
+        kernel_home = [call_home[k.launch] if k.launch is not None else None for k in trace.kernels]
         top_ops = [i for i, p in enumerate(_parents(ops)) if p is None]
+        op_home = {i: locate(ops[i].pid, ops[i].tid, ops[i].start_ns) for i in top_ops}
         return cls(
             parent=parent,
-            kernels=_spread(parent, ((i, call_home[k.launch]) for i, k in enumerate(trace.kernels)
-                                     if k.launch is not None)),
+            kernels=_spread(parent, enumerate(kernel_home)),
             launches=_spread(parent, ((i, call_home[i]) for i, c in enumerate(calls) if launch_kind(c.name))),
-            ops=_spread(parent, ((i, locate(ops[i].pid, ops[i].tid, ops[i].start_ns)) for i in top_ops)))
+            ops=_spread(parent, op_home.items()),
+            kernel_home=kernel_home, top_ops=top_ops, op_home=op_home)
 
 
 def _step(trace: Trace, att: _Attribution, r: int) -> StepFigures:
@@ -291,7 +292,7 @@ def _step_groups(trace: Trace, att: _Attribution) -> list[StepGroup]:
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
     for r in steps:
-        groups.setdefault(trace.ranges[r].name, []).append(_step(trace, att, r))
+        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r))
     return [StepGroup(name, figures) for name, figures in groups.items()]
 
 
@@ -323,7 +324,7 @@ def _by_kind(trace: Trace, att: _Attribution) -> list[RangeFigures]:
 def _by_name(trace: Trace, att: _Attribution) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, rng in enumerate(trace.ranges):
-        named[(rng.domain, rng.name)].append(r)
+        named[(rng.domain, group_name(rng.name))].append(r)
     return sorted((_figures(trace, att, name, domain, members) for (domain, name), members in named.items()),
                   key=lambda f: (-f.total_ns, f.key))
 
@@ -366,7 +367,7 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
     if not trace.ranges:
         notes.append("no NVTX or record_function ranges in this trace")
     elif not has_steps:
-        notes.append("no decode_step[...] or replay[...] ranges: whole-trace figures only")
+        notes.append("no decode_step[...], replay[...] or ProfilerStep#N ranges: whole-trace figures only")
     return notes
 
 
