@@ -1,0 +1,106 @@
+"""One step as the host and the device saw it: its launch calls, and the work they put on the
+GPU in order, each piece with the ranges it was issued in.
+
+    timelines = step_timelines(trace)        # one per step range, by start
+    timelines[0].work[0].stack              # ("(Qwen2ForCausalLM)", "model (Qwen2Model)", ...)
+
+The work of a step is its kernels (those whose launch call was made inside the step) or, in a
+trace without kernels (torch.profiler on a CPU), its top-level CPU ops. A piece of work's `stack`
+is the ranges open inside the step when it was issued (the launch call's start, or the op's),
+outermost first; `home` is the innermost of them by index into `Trace.ranges` (so two calls of
+the same module are told apart), None when it was issued in no range inside the step. Under
+graph replay every kernel's stack is empty: it was issued by the one `cudaGraphLaunch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphrt.launches import launch_kind
+from graphrt.trace.analyze import _Attribution
+from graphrt.trace.model import Trace
+from graphrt.trace.names import group_name, is_step
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch call the host made in the step."""
+
+    name: str
+    kind: str  # "kernel" or "graph" (graphrt.launches.launch_kind)
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """A kernel, or a top-level CPU op where the trace has no kernels."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    launch: int | None  # index into StepTimeline.launches of the call that launched it
+    stack: tuple[str, ...]
+    home: int | None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    name: str
+    group: str  # graphrt.trace.names.group_name
+    start_ns: int  # the step range, on the host
+    end_ns: int
+    unit: str  # "kernel" or "op": what `work` holds
+    work: list[Work]  # by start
+    launches: list[Launch]  # by start
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self.work]
+
+
+def _stack(trace: Trace, att: _Attribution, home: int | None, step: int) -> tuple[tuple[str, ...], int | None]:
+    """The names of the ranges from the step (exclusive) down to `home`, outermost first."""
+    names: list[str] = []
+    r = home
+    while r is not None and r != step:
+        names.append(trace.ranges[r].name)
+        r = att.parent[r]
+    if r != step:  # issued outside the step: no stack inside it
+        return (), None
+    return tuple(reversed(names)), (home if home != step else None)
+
+
+def _timeline(trace: Trace, att: _Attribution, r: int) -> StepTimeline:
+    rng = trace.ranges[r]
+    calls = sorted(att.launches[r], key=lambda i: trace.api_calls[i].start_ns)
+    local = {call: n for n, call in enumerate(calls)}
+    launches = [Launch(trace.api_calls[i].name, launch_kind(trace.api_calls[i].name) or "kernel",
+                       trace.api_calls[i].start_ns, trace.api_calls[i].end_ns) for i in calls]
+    work: list[Work] = []
+    if trace.kernels:
+        unit = "kernel"
+        for i in att.kernels[r]:
+            k = trace.kernels[i]
+            stack, home = _stack(trace, att, att.kernel_home[i], r)
+            work.append(Work(k.name, k.start_ns, k.end_ns, local.get(k.launch), stack, home))
+    else:
+        unit = "op"
+        for i in att.ops[r]:
+            op = trace.cpu_ops[i]
+            stack, home = _stack(trace, att, att.op_home[i], r)
+            work.append(Work(op.name, op.start_ns, op.end_ns, None, stack, home))
+    work.sort(key=lambda w: (w.start_ns, w.end_ns))
+    return StepTimeline(rng.name, group_name(rng.name), rng.start_ns, rng.end_ns, unit, work, launches)
+
+
+def step_timelines(trace: Trace, att: _Attribution | None = None) -> list[StepTimeline]:
+    """Every step of the trace, by start."""
+    att = att or _Attribution.of(trace)
+    steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
+                   key=lambda r: trace.ranges[r].start_ns)
+    return [_timeline(trace, att, r) for r in steps]
