@@ -241,7 +241,7 @@ class TraceReport:
 
 
 @dataclass
-class _Attribution:
+class Membership:
     """Which items belong to each range (by index into the trace's lists), nested ranges included."""
 
     parent: list[int | None]  # per range: the innermost range around it on its thread
@@ -253,7 +253,7 @@ class _Attribution:
     op_home: dict[int, int | None]  # per top-level op: the innermost range it ran in
 
     @classmethod
-    def of(cls, trace: Trace) -> _Attribution:
+    def of(cls, trace: Trace) -> Membership:
         ranges, calls, ops = trace.ranges, trace.api_calls, trace.cpu_ops
         parent = _parents(ranges)
         locate = _Locator(ranges, parent).innermost
@@ -269,7 +269,7 @@ class _Attribution:
             kernel_home=kernel_home, top_ops=top_ops, op_home=op_home)
 
 
-def _step(trace: Trace, att: _Attribution, r: int) -> StepFigures:
+def _step(trace: Trace, att: Membership, r: int) -> StepFigures:
     kernels = [trace.kernels[i] for i in att.kernels[r]]
     launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
     for i in att.launches[r]:
@@ -287,7 +287,7 @@ def _step(trace: Trace, att: _Attribution, r: int) -> StepFigures:
         cpu_ops=len(ops), cpu_op_ns=sum(op.end_ns - op.start_ns for op in ops))
 
 
-def _step_groups(trace: Trace, att: _Attribution) -> list[StepGroup]:
+def _step_groups(trace: Trace, att: Membership) -> list[StepGroup]:
     groups: dict[str, list[StepFigures]] = {}
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
@@ -296,7 +296,7 @@ def _step_groups(trace: Trace, att: _Attribution) -> list[StepGroup]:
     return [StepGroup(name, figures) for name, figures in groups.items()]
 
 
-def _figures(trace: Trace, att: _Attribution, key: str, domain: str, members: list[int]) -> RangeFigures:
+def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int]) -> RangeFigures:
     return RangeFigures(
         key=key, domain=domain, count=len(members),
         total_ns=sum(trace.ranges[r].duration_ns for r in members),
@@ -305,7 +305,7 @@ def _figures(trace: Trace, att: _Attribution, key: str, domain: str, members: li
         cpu_ops=sum(len(att.ops[r]) for r in members))
 
 
-def _by_kind(trace: Trace, att: _Attribution) -> list[RangeFigures]:
+def _by_kind(trace: Trace, att: Membership) -> list[RangeFigures]:
     """Per module kind, its outermost ranges: a range inside another of the same kind (q_proj
     inside self_attn) is already counted in it."""
     kinds = [range_kind(rng.name) for rng in trace.ranges]
@@ -321,7 +321,7 @@ def _by_kind(trace: Trace, att: _Attribution) -> list[RangeFigures]:
     return [_figures(trace, att, kind, "", outermost[kind]) for kind in KINDS if outermost[kind]]
 
 
-def _by_name(trace: Trace, att: _Attribution) -> list[RangeFigures]:
+def _by_name(trace: Trace, att: Membership) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, rng in enumerate(trace.ranges):
         named[(rng.domain, group_name(rng.name))].append(r)
@@ -339,9 +339,9 @@ def _devices(trace: Trace) -> list[DeviceFigures]:
             for d, iv in sorted(per_device.items())]
 
 
-def analyze(trace: Trace) -> TraceReport:
-    """Every figure graphrt reports for one trace."""
-    att = _Attribution.of(trace)
+def analyze(trace: Trace, att: Membership | None = None) -> TraceReport:
+    """Every figure graphrt reports for one trace (`att`: its Membership, if already made)."""
+    att = att or Membership.of(trace)
     launch_kinds = [launch_kind(c.name) for c in trace.api_calls]
     counts = {"ranges": len(trace.ranges), "kernels": len(trace.kernels),
               "api_calls": len(trace.api_calls), "cpu_ops": len(trace.cpu_ops),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -13,8 +14,13 @@ from graphrt.io import check_writable, write_json
 from graphrt.options import decode_options
 from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import analyze as analyze_trace, compare_steps
+from graphrt.trace.analyze import Membership, TraceReport, analyze as analyze_trace, compare_steps
+from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
+from graphrt.trace.modules import replay_modules
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
+from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
+                                         replay_modules_dict)
+from graphrt.trace.timeline import StepTimeline, step_timelines
 from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
 
 
@@ -35,31 +41,68 @@ def _trace_files(paths: tuple[str, ...]) -> list[Path]:
     return files
 
 
+@dataclass
+class _Analysed:
+    report: TraceReport
+    timelines: list[StepTimeline]
+    launch_idle: list[StepLaunchIdle]
+
+
+def _analyse(path: Path) -> _Analysed:
+    trace = load_trace(path)
+    membership = Membership.of(trace)
+    timelines = step_timelines(trace, membership)
+    return _Analysed(analyze_trace(trace, membership), timelines,
+                     [step_launch_idle(t) for t in timelines if t.unit == "kernel"])
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write every figure (times in ns) here.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1),
               help="Range names to list, most total time first.")
-def analyze(paths: tuple[str, ...], json_path: str | None, top: int) -> None:
-    """Per-step launches, launch CPU time and GPU idle time, and per-range totals, from Nsight
-    Systems exports (.sqlite, or .nsys-rep with nsys on PATH) or torch.profiler Chrome traces
-    (.json), or a directory `graphrt trace` made. Given two traces, or one holding eager and
-    replay steps, the second step group is set against the first."""
-    if json_path:
-        check_writable(json_path)
-    reports = [analyze_trace(load_trace(p)) for p in _trace_files(paths)]
-    for i, report in enumerate(reports):
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Also draw one eager step above one replayed step (or the first two steps) "
+              "into this PNG (needs matplotlib).")
+def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: str | None) -> None:
+    """Per-step launches, launch delay, launch CPU time and GPU idle time (host wait, kernel
+    wait, other), and per-range totals, from Nsight Systems exports (.sqlite, or .nsys-rep with
+    nsys on PATH) or torch.profiler Chrome traces (.json), or a directory `graphrt trace` made.
+    Steps are graphrt's step ranges or torch.profiler's ProfilerStep#N. Given two traces, or one
+    holding eager and replay steps, the second step group is set against the first, and each
+    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's."""
+    for out in (json_path, plot_path):
+        if out:
+            check_writable(out)
+    files = _trace_files(paths)
+    analysed = [_analyse(p) for p in files]
+    reports = [a.report for a in analysed]
+    for i, a in enumerate(analysed):
         if i:
             click.echo()
-        click.echo(format_report(report, top=top))
+        click.echo(format_report(a.report, top=top))
+        if table := format_launch_idle(a.launch_idle):
+            click.echo()
+            click.echo(table)
     comparisons = compare_steps(reports)
     for comparison in comparisons:
         click.echo()
         click.echo(format_comparison(comparison))
+    several = len(files) > 1
+    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)])
+    for found in modules:
+        click.echo()
+        click.echo(format_replay_modules(found, top=top))
+    if plot_path:
+        from graphrt.trace.plot import plot_steps  # matplotlib is optional: only for --plot
+
+        click.echo(plot_steps([a.timelines for a in analysed], [str(p) for p in files], plot_path))
     if json_path:
-        write_json(json_path, {"traces": [report_dict(r) for r in reports],
-                               "comparisons": [comparison_dict(c) for c in comparisons]})
+        write_json(json_path, {"traces": [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)}
+                                          for a in analysed],
+                               "comparisons": [comparison_dict(c) for c in comparisons],
+                               "replay_modules": [replay_modules_dict(m) for m in modules]})
         click.echo(f"wrote {json_path}")
 
 

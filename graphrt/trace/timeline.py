@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphrt.launches import launch_kind
-from graphrt.trace.analyze import _Attribution
+from graphrt.trace.analyze import Membership
 from graphrt.trace.model import Trace
 from graphrt.trace.names import group_name, is_step
 
@@ -63,7 +63,7 @@ class StepTimeline:
         return [w.name for w in self.work]
 
 
-def _stack(trace: Trace, att: _Attribution, home: int | None, step: int) -> tuple[tuple[str, ...], int | None]:
+def _stack(trace: Trace, att: Membership, home: int | None, step: int) -> tuple[tuple[str, ...], int | None]:
     """The names of the ranges from the step (exclusive) down to `home`, outermost first."""
     names: list[str] = []
     r = home
@@ -75,7 +75,7 @@ def _stack(trace: Trace, att: _Attribution, home: int | None, step: int) -> tupl
     return tuple(reversed(names)), (home if home != step else None)
 
 
-def _timeline(trace: Trace, att: _Attribution, r: int) -> StepTimeline:
+def _timeline(trace: Trace, att: Membership, r: int) -> StepTimeline:
     rng = trace.ranges[r]
     calls = sorted(att.launches[r], key=lambda i: trace.api_calls[i].start_ns)
     local = {call: n for n, call in enumerate(calls)}
@@ -98,9 +98,9 @@ def _timeline(trace: Trace, att: _Attribution, r: int) -> StepTimeline:
     return StepTimeline(rng.name, group_name(rng.name), rng.start_ns, rng.end_ns, unit, work, launches)
 
 
-def step_timelines(trace: Trace, att: _Attribution | None = None) -> list[StepTimeline]:
+def step_timelines(trace: Trace, att: Membership | None = None) -> list[StepTimeline]:
     """Every step of the trace, by start."""
-    att = att or _Attribution.of(trace)
+    att = att or Membership.of(trace)
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
     return [_timeline(trace, att, r) for r in steps]

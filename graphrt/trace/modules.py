@@ -1,0 +1,167 @@
+"""Module by module, what an eager step spends and what its graph replay spends.
+
+    found = replay_modules(timelines)   # timelines: StepTimelines of one or more traces
+
+Each replayed kernel (or op, in a CPU trace) is given the module it belongs to by carrying the
+eager step's module stacks over (graphrt.trace.attribution). Then per module kind and per module
+name, in both modes, per step (the mean over the group's steps):
+
+- `work`: kernels (ops) issued inside the module;
+- `busy_ns`: their summed duration (GPU time; CPU time for ops);
+- `gap_ns`: the idle time in front of each of them (from the end of everything before it to
+  its start): in eager mode that is where launch overhead shows, a GPU waiting for the host.
+  `busy_ns + gap_ns` over all modules is the step's span, first start to last end.
+
+A work item's kind is the kind of the innermost module around it that has one other than
+"other" (a q_proj is attention, a decoder layer's own elementwise add is "other"); items issued
+in no module are "(no module)", replayed items that could not be attributed "(unattributed)".
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from graphrt.nvtx import KINDS
+from graphrt.trace.analyze import range_kind
+from graphrt.trace.attribution import Attribution, carry_over
+from graphrt.trace.names import is_replay
+from graphrt.trace.timeline import StepTimeline
+
+NO_MODULE = "(no module)"
+UNATTRIBUTED_KIND = "(unattributed)"
+KIND_ORDER = (*KINDS, NO_MODULE, UNATTRIBUTED_KIND)
+
+
+def work_kind(stack: tuple[str, ...] | None) -> str:
+    """The kind a work item counts under (see the module docstring)."""
+    if stack is None:
+        return UNATTRIBUTED_KIND
+    kinds = [range_kind(name) for name in stack]
+    for kind in reversed(kinds):
+        if kind is not None and kind != "other":
+            return kind
+    return "other" if any(k is not None for k in kinds) else NO_MODULE
+
+
+@dataclass
+class Side:
+    """One mode's figures for a module, per step."""
+
+    work: float = 0.0
+    busy_ns: float = 0.0
+    gap_ns: float = 0.0
+
+    @property
+    def total_ns(self) -> float:
+        return self.busy_ns + self.gap_ns
+
+    def add(self, busy_ns: int, gap_ns: int, weight: float) -> None:
+        self.work += weight
+        self.busy_ns += busy_ns * weight
+        self.gap_ns += gap_ns * weight
+
+
+@dataclass
+class ModuleTime:
+    """One module kind or module name, in both modes (per step: the mean over the steps)."""
+
+    key: str
+    eager: Side = field(default_factory=Side)
+    replay: Side = field(default_factory=Side)
+
+    @property
+    def removed_ns(self) -> float:
+        return self.eager.total_ns - self.replay.total_ns
+
+
+@dataclass
+class ReplayModules:
+    eager: str  # the eager step group's label
+    replay: str
+    unit: str  # "kernel" or "op"
+    method: str
+    items: int  # work items of the first replayed step
+    how: dict[str, int]  # of those, by how they were attributed (graphrt.trace.attribution)
+    by_kind: list[ModuleTime] = field(default_factory=list)
+    by_name: list[ModuleTime] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        return 1 - self.how.get("unattributed", 0) / self.items if self.items else 1.0
+
+
+def _gaps(step: StepTimeline) -> list[int]:
+    """Per work item, the idle time in front of it (0 for the first)."""
+    gaps, busy_until = [], None
+    for w in step.work:
+        gaps.append(0 if busy_until is None else max(0, w.start_ns - busy_until))
+        busy_until = w.end_ns if busy_until is None else max(busy_until, w.end_ns)
+    return gaps
+
+
+def _accumulate(steps: Sequence[StepTimeline], stacks_of: list[list[tuple[str, ...] | None]],
+                kinds: dict[str, ModuleTime], names: dict[str, ModuleTime], mode: str) -> None:
+    weight = 1 / len(steps)
+    for step, stacks in zip(steps, stacks_of):
+        for w, gap, stack in zip(step.work, _gaps(step), stacks):
+            for row in [kinds[work_kind(stack)], *(names[n] for n in dict.fromkeys(stack or ()))]:
+                getattr(row, mode).add(w.duration_ns, gap, weight)
+
+
+def _attribute(reference: StepTimeline, steps: Sequence[StepTimeline]) -> list[Attribution]:
+    stacks = [w.stack for w in reference.work]
+    calls = [w.home for w in reference.work]
+    done: dict[tuple[str, ...], Attribution] = {}  # replays of one graph repeat one sequence
+    for step in steps:
+        key = tuple(step.names)
+        if key not in done:
+            done[key] = carry_over(reference.names, stacks, calls, step.names)
+    return [done[tuple(step.names)] for step in steps]
+
+
+def compare_modules(eager: Sequence[StepTimeline], replay: Sequence[StepTimeline],
+                    eager_label: str, replay_label: str) -> ReplayModules:
+    """The replayed steps' work attributed from the first eager step, and both modes' time per
+    module kind and module name."""
+    attributions = _attribute(eager[0], replay)
+    kinds: dict[str, ModuleTime] = {k: ModuleTime(k) for k in KIND_ORDER}
+    names: dict[str, ModuleTime] = defaultdict(lambda: ModuleTime(""))
+    _accumulate(eager, [[w.stack for w in s.work] for s in eager], kinds, names, "eager")
+    _accumulate(replay, [a.stacks for a in attributions], kinds, names, "replay")
+    for key, row in names.items():
+        row.key = key
+    unit = eager[0].unit
+    what = "kernel" if unit == "kernel" else "op"
+    return ReplayModules(
+        eager=eager_label, replay=replay_label, unit=unit,
+        method=f"{what} names aligned with the eager step's (longest common subsequence)",
+        items=len(replay[0].work), how=attributions[0].counts(),
+        by_kind=[row for row in kinds.values() if row.eager.work or row.replay.work],
+        by_name=sorted(names.values(), key=lambda r: (-r.eager.total_ns, r.key)))
+
+
+def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]]) -> list[ReplayModules]:
+    """For every replay step group in the traces (label, timelines), set against the first eager
+    (`decode_step[...]`) group with the same unit of work; none without an eager group."""
+    groups: dict[tuple[str, str], list[StepTimeline]] = {}
+    for label, timelines in labelled:
+        for t in timelines:
+            groups.setdefault((label, t.group), []).append(t)
+    eager = [(key, steps) for key, steps in groups.items() if key[1].startswith("decode_step[")]
+    found = []
+    for (label, group), steps in groups.items():
+        if not is_replay(group):
+            continue
+        matching = [(k, s) for k, s in eager if s[0].unit == steps[0].unit and s[0].work]
+        if not matching or not steps[0].work:
+            continue
+        (eager_label, eager_group), eager_steps = matching[0]
+        found.append(compare_modules(eager_steps, steps, _label(eager_label, eager_group),
+                                     _label(label, group)))
+    return found
+
+
+def _label(trace_label: str, group: str) -> str:
+    return f"{trace_label}: {group}" if trace_label else group
