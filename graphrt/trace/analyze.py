@@ -35,7 +35,7 @@ from typing import Protocol
 from graphrt.launches import launch_kind
 from graphrt.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.model import Trace
-from graphrt.trace.names import group_name, is_step
+from graphrt.trace.names import PROFILER_STEP, group_name, is_step
 
 
 class _Span(Protocol):
@@ -261,12 +261,34 @@ class Membership:
         kernel_home = [call_home[k.launch] if k.launch is not None else None for k in trace.kernels]
         top_ops = [i for i, p in enumerate(_parents(ops)) if p is None]
         op_home = {i: locate(ops[i].pid, ops[i].tid, ops[i].start_ns) for i in top_ops}
-        return cls(
+        membership = cls(
             parent=parent,
             kernels=_spread(parent, enumerate(kernel_home)),
             launches=_spread(parent, ((i, call_home[i]) for i, c in enumerate(calls) if launch_kind(c.name))),
             ops=_spread(parent, op_home.items()),
             kernel_home=kernel_home, top_ops=top_ops, op_home=op_home)
+        membership._widen_profiler_steps(trace)
+        return membership
+
+    def _widen_profiler_steps(self, trace: Trace) -> None:
+        """torch.profiler's `ProfilerStep#N` is an iteration of the whole process: the launch
+        calls and ops its other threads (autograd's backward thread, say) made while it was open
+        belong to it too, and the kernels those calls launched."""
+        calls, ops = trace.api_calls, trace.cpu_ops
+        call_starts = [c.start_ns for c in calls]
+        launched: dict[int, list[int]] = defaultdict(list)  # call -> the kernels it launched
+        for i, k in enumerate(trace.kernels):
+            if k.launch is not None:
+                launched[k.launch].append(i)
+        for r, rng in enumerate(trace.ranges):
+            if not rng.name.startswith(PROFILER_STEP):
+                continue
+            lo, hi = bisect.bisect_left(call_starts, rng.start_ns), bisect.bisect_right(call_starts, rng.end_ns)
+            elsewhere = {i for i in range(lo, hi) if calls[i].pid == rng.pid and calls[i].tid != rng.tid}
+            self.launches[r] += sorted(i for i in elsewhere if launch_kind(calls[i].name))
+            self.kernels[r] += [k for call in sorted(elsewhere) for k in launched.get(call, ())]
+            self.ops[r] += [i for i in self.top_ops if ops[i].pid == rng.pid and ops[i].tid != rng.tid
+                            and rng.start_ns <= ops[i].start_ns <= rng.end_ns]
 
 
 def _step(trace: Trace, att: Membership, r: int) -> StepFigures:

@@ -1,0 +1,124 @@
+"""A picture of one step: an eager step above a replayed one, on the same time axis.
+
+Each step gets two rows: the host (its launch calls; graph launches in the replay colour) and the
+GPU (its kernels, coloured by module kind with graphrt's NVTX colours, the idle gaps between them
+shaded). In a trace without kernels (torch.profiler on a CPU) the second row holds the step's
+top-level CPU ops instead. Replayed kernels take their kind from the alignment with the eager
+step (graphrt.trace.modules). Times are from each step's own start, so the two line up.
+
+matplotlib is an optional dependency (`pip install graphrt[plot]`); only this module needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from graphrt.errors import GraphrtError
+from graphrt.nvtx import KIND_COLORS, STEP_COLORS
+from graphrt.trace.attribution import carry_over
+from graphrt.trace.modules import NO_MODULE, UNATTRIBUTED_KIND, work_kind
+from graphrt.trace.names import is_replay
+from graphrt.trace.timeline import StepTimeline
+
+_EXTRA_COLORS = {NO_MODULE: "#c7c7c7", UNATTRIBUTED_KIND: "#000000"}
+_IDLE_COLOR = "#f4cccc"
+
+
+def _rgb(argb: int) -> str:
+    return f"#{argb & 0xFFFFFF:06x}"
+
+
+def _color(kind: str) -> str:
+    return _rgb(KIND_COLORS[kind]) if kind in KIND_COLORS else _EXTRA_COLORS[kind]
+
+
+def pick_steps(timelines: Sequence[Sequence[StepTimeline]]) -> list[StepTimeline]:
+    """An eager step and a replayed one where the traces hold both (the second of each group
+    where there is one: the first can carry warmup effects), else the first two steps."""
+    steps = [t for ts in timelines for t in ts if t.work]
+
+    def first_of(wanted) -> StepTimeline | None:
+        found = [t for t in steps if wanted(t.name)]
+        return found[1] if len(found) > 1 else (found[0] if found else None)
+
+    eager = first_of(lambda n: not is_replay(n))
+    replay = first_of(is_replay)
+    if eager and replay:
+        return [eager, replay]
+    return steps[:2]
+
+
+def _kinds(step: StepTimeline, reference: StepTimeline | None) -> list[str]:
+    if is_replay(step.name) and reference is not None:
+        attribution = carry_over(reference.names, [w.stack for w in reference.work],
+                                 [w.home for w in reference.work], step.names)
+        return [work_kind(s) for s in attribution.stacks]
+    return [work_kind(w.stack) for w in step.work]
+
+
+def _figures(step: StepTimeline) -> str:
+    span = (max(w.end_ns for w in step.work) - min(w.start_ns for w in step.work)) / 1000
+    busy, cursor = 0, None
+    for w in step.work:
+        start = w.start_ns if cursor is None else max(w.start_ns, cursor)
+        busy += max(0, w.end_ns - start)
+        cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
+    what = "kernels" if step.unit == "kernel" else "ops"
+    return (f"{step.name}: {len(step.work)} {what}, {len(step.launches)} launch calls, "
+            f"{span:,.0f} µs first→last, {100 * (1 - busy / 1000 / span) if span else 0:.0f}% idle")
+
+
+def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[str], path: str | Path) -> str:
+    """Draw the steps `pick_steps` chooses into a PNG at `path` (through a temporary name);
+    returns a line saying what was written. GraphrtError without matplotlib or steps."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise GraphrtError("--plot needs matplotlib: pip install matplotlib (or graphrt[plot])") from None
+    steps = pick_steps(timelines)
+    if not steps:
+        raise GraphrtError(f"{', '.join(sources)}: no step with kernels or CPU ops to plot "
+                           "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
+    reference = next((s for s in steps if not is_replay(s.name)), None)
+    fig, axes = plt.subplots(len(steps), 1, figsize=(14, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
+    used: set[str] = set()
+    for ax, step in zip(axes[:, 0], steps):
+        t0 = min(step.start_ns, *(w.start_ns for w in step.work))
+        us = lambda t: (t - t0) / 1000  # noqa: E731
+        host = [(us(c.start_ns), (c.end_ns - c.start_ns) / 1000) for c in step.launches]
+        colors = [_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555" for c in step.launches]
+        ax.broken_barh(host, (1.1, 0.8), facecolors=colors)
+        kinds = _kinds(step, reference)
+        used.update(kinds)
+        ax.broken_barh([(us(w.start_ns), w.duration_ns / 1000) for w in step.work], (0.1, 0.8),
+                       facecolors=[_color(k) for k in kinds], linewidth=0)
+        cursor = None
+        for w in step.work:  # the idle gaps, shaded under the device row
+            if cursor is not None and w.start_ns > cursor:
+                ax.axvspan(us(cursor), us(w.start_ns), ymin=0.02, ymax=0.47, color=_IDLE_COLOR, zorder=0)
+            cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
+        ax.set_yticks([0.5, 1.5], ["GPU kernels" if step.unit == "kernel" else "CPU ops",
+                                   "host launches" if step.unit == "kernel" else "host"])
+        ax.set_ylim(0, 2)
+        ax.set_title(_figures(step), fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel("µs from the step's start")
+    order = [k for k in (*KIND_COLORS, NO_MODULE, UNATTRIBUTED_KIND) if k in used]
+    handles = [Patch(color=_color(k), label=k) for k in order] + [Patch(color=_IDLE_COLOR, label="GPU idle")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    fig.suptitle(" · ".join(Path(s).name for s in sources), fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return f"wrote {path} ({' above '.join(s.name for s in steps)})"
