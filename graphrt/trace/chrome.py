@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,16 @@ KERNEL_CATEGORIES = frozenset({"kernel"})
 
 
 def _ns(microseconds: Any) -> int:
-    return round(float(microseconds) * 1000)
+    """Microseconds (an int or a float, as the file has them) to integer nanoseconds.
+
+    Timestamps are microseconds since the epoch (~1.7e15): times 1000 they pass 2**53, where a
+    float is exact only to 256 ns, so whole microseconds are scaled as integers and only the
+    fraction goes through float arithmetic."""
+    if isinstance(microseconds, int):
+        return microseconds * 1000
+    value = float(microseconds)
+    whole = math.floor(value)
+    return whole * 1000 + round((value - whole) * 1000)
 
 
 def _id(value: Any) -> int:

@@ -20,7 +20,7 @@ from graphrt.trace.modules import replay_modules
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
                                          replay_modules_dict)
-from graphrt.trace.timeline import StepTimeline, step_timelines
+from graphrt.trace.timeline import StepTimeline, step_timelines, whole_trace
 from graphrt.trace.session import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
 
 
@@ -46,6 +46,7 @@ class _Analysed:
     report: TraceReport
     timelines: list[StepTimeline]
     launch_idle: list[StepLaunchIdle]
+    whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
 
 
 def _analyse(path: Path) -> _Analysed:
@@ -53,7 +54,8 @@ def _analyse(path: Path) -> _Analysed:
     membership = Membership.of(trace)
     timelines = step_timelines(trace, membership)
     return _Analysed(analyze_trace(trace, membership), timelines,
-                     [step_launch_idle(t) for t in timelines if t.unit == "kernel"])
+                     [step_launch_idle(t) for t in timelines if t.unit == "kernel"],
+                     None if timelines else whole_trace(trace, membership))
 
 
 @click.command()
@@ -97,7 +99,8 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     if plot_path:
         from graphrt.trace.plot import plot_steps  # matplotlib is optional: only for --plot
 
-        click.echo(plot_steps([a.timelines for a in analysed], [str(p) for p in files], plot_path))
+        drawn = [a.timelines or [a.whole] for a in analysed]
+        click.echo(plot_steps(drawn, [str(p) for p in files], plot_path))
     if json_path:
         write_json(json_path, {"traces": [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)}
                                           for a in analysed],

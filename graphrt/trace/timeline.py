@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from graphrt.launches import launch_kind
 from graphrt.trace.analyze import Membership
-from graphrt.trace.model import Trace
+from graphrt.trace.model import Range, Trace
 from graphrt.trace.names import group_name, is_step
+
+WHOLE_TRACE = "whole trace"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ class StepTimeline:
         return [w.name for w in self.work]
 
 
-def _stack(trace: Trace, att: Membership, home: int | None, step: int) -> tuple[tuple[str, ...], int | None]:
+def _stack(trace: Trace, att: Membership, home: int | None,
+           step: int | None) -> tuple[tuple[str, ...], int | None]:
     """The names of the ranges from the step (exclusive) down to `home`, outermost first."""
     names: list[str] = []
     r = home
@@ -75,27 +78,42 @@ def _stack(trace: Trace, att: Membership, home: int | None, step: int) -> tuple[
     return tuple(reversed(names)), (home if home != step else None)
 
 
-def _timeline(trace: Trace, att: Membership, r: int) -> StepTimeline:
-    rng = trace.ranges[r]
-    calls = sorted(att.launches[r], key=lambda i: trace.api_calls[i].start_ns)
+def _timeline(trace: Trace, att: Membership, r: int | None) -> StepTimeline:
+    """The step range `r`'s timeline; for r None, the whole trace's."""
+    if r is None:
+        launches_of = [i for i, c in enumerate(trace.api_calls) if launch_kind(c.name)]
+        kernels_of = [i for i, k in enumerate(trace.kernels) if k.launch is not None]
+        ops_of = att.top_ops
+        items = [*trace.kernels, *trace.cpu_ops, *trace.api_calls]
+        start = min((x.start_ns for x in items), default=0)
+        rng = Range(WHOLE_TRACE, start, max((x.end_ns for x in items), default=0), 0, 0)
+    else:
+        launches_of, kernels_of, ops_of, rng = att.launches[r], att.kernels[r], att.ops[r], trace.ranges[r]
+    calls = sorted(launches_of, key=lambda i: trace.api_calls[i].start_ns)
     local = {call: n for n, call in enumerate(calls)}
     launches = [Launch(trace.api_calls[i].name, launch_kind(trace.api_calls[i].name) or "kernel",
                        trace.api_calls[i].start_ns, trace.api_calls[i].end_ns) for i in calls]
     work: list[Work] = []
     if trace.kernels:
         unit = "kernel"
-        for i in att.kernels[r]:
+        for i in kernels_of:
             k = trace.kernels[i]
             stack, home = _stack(trace, att, att.kernel_home[i], r)
             work.append(Work(k.name, k.start_ns, k.end_ns, local.get(k.launch), stack, home))
     else:
         unit = "op"
-        for i in att.ops[r]:
+        for i in ops_of:
             op = trace.cpu_ops[i]
             stack, home = _stack(trace, att, att.op_home[i], r)
             work.append(Work(op.name, op.start_ns, op.end_ns, None, stack, home))
     work.sort(key=lambda w: (w.start_ns, w.end_ns))
     return StepTimeline(rng.name, group_name(rng.name), rng.start_ns, rng.end_ns, unit, work, launches)
+
+
+def whole_trace(trace: Trace, att: Membership | None = None) -> StepTimeline:
+    """The whole trace as one timeline, for a trace without steps: every kernel that matches a
+    launch call (every top-level op, without kernels), each with its full stack of ranges."""
+    return _timeline(trace, att or Membership.of(trace), None)
 
 
 def step_timelines(trace: Trace, att: Membership | None = None) -> list[StepTimeline]:
