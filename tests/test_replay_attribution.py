@@ -1,0 +1,152 @@
+"""Which module each replayed op belongs to, carried over from an eager step by sequence alignment,
+held against the ground truth a TapeGraph keeps: the ranges open at every entry it recorded
+(`TapeGraph.op_ranges`), which the alignment never sees.
+
+Both steps are recorded by torch.profiler as `graphrt trace` records them (ranges mirrored as
+`record_function`s), for `tiny` (2 layers) and a 4-layer variant, whose identical layers are
+what makes a misalignment easy: shifted by one layer, every op name still matches.
+"""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from graphrt import nvtx
+from graphrt.backends.factory import make_backend
+from graphrt.config import PRESETS
+from graphrt.trace import load_trace
+from graphrt.trace.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
+from graphrt.trace.modules import compare_modules
+from graphrt.trace.record import torch_window
+from graphrt.trace.timeline import step_timelines
+from graphrt.weights import build_model
+
+CONFIGS = {"tiny": PRESETS["tiny"], "tiny-4-layers": dataclasses.replace(PRESETS["tiny"], num_hidden_layers=4)}
+
+
+def _profiler_name(overload: str) -> str:
+    """`aten.addmm.default` -> `aten::addmm`, as torch.profiler names the op."""
+    namespace, name = overload.split(".")[:2]
+    return f"{namespace}::{name}"
+
+
+def _truth(tape, replayed: list[str]) -> list[tuple[str, ...]]:
+    """The module stack of each op in a replay trace, from the tape itself: each entry replays
+    as its own op, and an entry that has no out= overload is followed by the `copy_` that puts
+    its result into the captured tensor."""
+    entries = [_profiler_name(n) for n in tape.op_names]
+    truth, k = [], 0
+    for name in replayed:
+        if k < len(entries) and name == entries[k]:
+            truth.append(tape.op_ranges[k])
+            k += 1
+        else:
+            assert name == "aten::copy_" and k > 0, name
+            truth.append(tape.op_ranges[k - 1])
+    assert k == len(entries)
+    return truth
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def recorded(request, tmp_path_factory):
+    """(eager step timeline, replay step timeline, ground truth per replayed op)."""
+    model = build_model(CONFIGS[request.param], torch.device("cpu"), torch.float32, seed=0)
+    model.setup_cache(1, 16)
+    tokens, positions = torch.zeros(1, 1, dtype=torch.long), torch.full((1,), 3, dtype=torch.long)
+    out = tmp_path_factory.mktemp(request.param)
+    with torch.inference_mode(), nvtx.attach(model):
+        eager, graph = make_backend("eager", model, None), make_backend("graph", model, None)
+        eager.prepare(1)
+        graph.prepare(1)
+        for backend, name in ((eager, "eager.json"), (graph, "graph.json")):
+            with torch_window(torch.device("cpu"), out / name):
+                for _ in range(2):
+                    backend.step(tokens, positions)
+    (eager_step, _), (replay_step, _) = (step_timelines(load_trace(out / n)) for n in ("eager.json", "graph.json"))
+    return eager_step, replay_step, _truth(graph.graphs[1][0], replay_step.names)
+
+
+def _attribute(eager_step, replayed: list[str]):
+    return carry_over(eager_step.names, [w.stack for w in eager_step.work], [w.home for w in eager_step.work],
+                      replayed)
+
+
+def _score(stacks, truth) -> tuple[int, int, int]:
+    """(right, wrong, unattributed), judged by the innermost module."""
+    right = sum(s is not None and s[-1:] == t[-1:] for s, t in zip(stacks, truth))
+    unattributed = sum(s is None for s in stacks)
+    return right, len(truth) - right - unattributed, unattributed
+
+
+def test_replayed_ops_take_the_module_the_tape_recorded_them_in(recorded):
+    eager_step, replay_step, truth = recorded
+    assert eager_step.name == "decode_step[eager]" and replay_step.name == "replay[bs=1]"
+    assert all(w.stack == () for w in replay_step.work)  # no range fires under replay
+    attribution = _attribute(eager_step, replay_step.names)
+    right, wrong, unattributed = _score(attribution.stacks, truth)
+    assert wrong == 0
+    assert right >= 0.99 * len(truth)
+    assert attribution.counts()[UNATTRIBUTED] == unattributed
+
+
+def test_an_inserted_copy_and_a_missing_op_do_not_shift_the_rest(recorded):
+    eager_step, replay_step, truth = recorded
+    names, truth = list(replay_step.names), list(truth)
+    def first_in_mlp(layer: int) -> int:
+        return next(j for j, stack in enumerate(truth) if any(s.startswith(f"model.layers.{layer}.mlp ") for s in stack))
+
+    # drop the first op of the last layer's MLP; add a copy after the first op of layer 0's MLP
+    last = {s.split(".")[2].split(" ")[0] for stack in truth for s in stack if s.startswith("model.layers.")}
+    dropped = first_in_mlp(max(map(int, last)))
+    del names[dropped], truth[dropped]
+    inserted = first_in_mlp(0) + 1
+    names.insert(inserted, "aten::copy_")
+    truth.insert(inserted, truth[inserted - 1])
+
+    attribution = _attribute(eager_step, names)
+    right, wrong, _ = _score(attribution.stacks, truth)
+    assert wrong == 0
+    # the copy sits between two Linear calls (gate_proj, up_proj): no one module call holds it
+    assert attribution.how[inserted] == UNATTRIBUTED
+    rest = [j for j in range(len(names)) if j != inserted]
+    assert _score([attribution.stacks[j] for j in rest], [truth[j] for j in rest])[0] == len(rest)
+    # Lined up by position instead, everything between the two edits lands one op off.
+    by_position = [eager_step.work[j].stack if j < len(eager_step.work) else None for j in range(len(names))]
+    assert _score(by_position, truth)[1] > 10
+
+
+def test_the_share_attributed_is_reported_with_how(recorded):
+    eager_step, replay_step, truth = recorded
+    found = compare_modules([eager_step], [replay_step], "eager", "replay")
+    assert found.items == len(truth)
+    assert found.how[MATCHED] + found.how[BETWEEN] + found.how[UNATTRIBUTED] == len(truth)
+    assert found.share == pytest.approx(1 - found.how[UNATTRIBUTED] / len(truth))
+    # per kind, the replay's op time and the gaps before its ops add up to the step's span
+    span = max(w.end_ns for w in replay_step.work) - replay_step.work[0].start_ns
+    assert sum(r.replay.total_ns for r in found.by_kind) == pytest.approx(span)
+    assert {r.key for r in found.by_kind} >= {"attention", "mlp", "norm", "lm_head"}
+
+
+def _lcs_length(a, b) -> int:
+    """The textbook dynamic programme, row by row."""
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        row = [0]
+        for j, y in enumerate(b):
+            row.append(previous[j] + 1 if x == y else max(previous[j + 1], row[j]))
+        previous = row
+    return previous[-1]
+
+
+def test_alignment_is_a_longest_common_subsequence():
+    rng = random.Random(0)
+    for _ in range(500):
+        a = [rng.choice("abcd") for _ in range(rng.randint(0, 15))]
+        b = [rng.choice("abcd") for _ in range(rng.randint(0, 15))]
+        matched = align(a, b)
+        pairs = [(i, j) for j, i in enumerate(matched) if i is not None]
+        assert all(a[i] == b[j] for i, j in pairs)
+        assert [i for i, _ in pairs] == sorted({i for i, _ in pairs})  # in order, each used once
+        assert len(pairs) == _lcs_length(a, b)
