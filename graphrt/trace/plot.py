@@ -58,16 +58,30 @@ def _kinds(step: StepTimeline, reference: StepTimeline | None) -> list[str]:
     return [work_kind(w.stack) for w in step.work]
 
 
-def _figures(step: StepTimeline) -> str:
-    span = (max(w.end_ns for w in step.work) - min(w.start_ns for w in step.work)) / 1000
+def _span_ns(step: StepTimeline) -> int:
+    return max(w.end_ns for w in step.work) - min(w.start_ns for w in step.work)
+
+
+def _figures(step: StepTimeline, scale: float, unit: str) -> str:
+    span = _span_ns(step)
     busy, cursor = 0, None
     for w in step.work:
         start = w.start_ns if cursor is None else max(w.start_ns, cursor)
         busy += max(0, w.end_ns - start)
         cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
     what = "kernels" if step.unit == "kernel" else "ops"
-    return (f"{step.name}: {len(step.work)} {what}, {len(step.launches)} launch calls, "
-            f"{span:,.0f} µs first→last, {100 * (1 - busy / 1000 / span) if span else 0:.0f}% idle")
+    launches = f", {len(step.launches):,} launch calls" if step.launches or step.unit == "kernel" else ""
+    idle = 100 * (1 - busy / span) if span else 0
+    return f"{step.name}: {len(step.work):,} {what}{launches}, {span / scale:,.1f} {unit} first→last, {idle:.0f}% idle"
+
+
+def _headline(steps: list[StepTimeline], scale: float, unit: str) -> str:
+    """eager 1.2 ms → replay 0.4 ms (−67%), where the steps are one of each."""
+    if len(steps) != 2 or not is_replay(steps[1].name) or is_replay(steps[0].name):
+        return ""
+    before, after = _span_ns(steps[0]), _span_ns(steps[1])
+    change = f" ({(after - before) / before:+.0%})" if before else ""
+    return f": eager {before / scale:,.1f} {unit} → replay {after / scale:,.1f} {unit}{change}"
 
 
 def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[str], path: str | Path) -> str:
@@ -86,32 +100,37 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
         raise GraphrtError(f"{', '.join(sources)}: no step with kernels or CPU ops to plot "
                            "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
     reference = next((s for s in steps if not is_replay(s.name)), None)
+    longest = max(_span_ns(s) for s in steps)
+    scale, unit = (1e6, "ms") if longest > 20e6 else (1e3, "µs")
     fig, axes = plt.subplots(len(steps), 1, figsize=(14, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
     used: set[str] = set()
     for ax, step in zip(axes[:, 0], steps):
         t0 = min(step.start_ns, *(w.start_ns for w in step.work))
-        us = lambda t: (t - t0) / 1000  # noqa: E731
-        host = [(us(c.start_ns), (c.end_ns - c.start_ns) / 1000) for c in step.launches]
-        colors = [_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555" for c in step.launches]
-        ax.broken_barh(host, (1.1, 0.8), facecolors=colors)
+        at = lambda t: (t - t0) / scale  # noqa: E731
+        rows = ["GPU kernels" if step.unit == "kernel" else "CPU ops"]
+        if step.launches or step.unit == "kernel":  # a CPU trace has no launches: its ops are the host
+            rows.append("host launches")
+            ax.broken_barh([(at(c.start_ns), (c.end_ns - c.start_ns) / scale) for c in step.launches], (1.1, 0.8),
+                           facecolors=[_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555"
+                                       for c in step.launches])
         kinds = _kinds(step, reference)
         used.update(kinds)
-        ax.broken_barh([(us(w.start_ns), w.duration_ns / 1000) for w in step.work], (0.1, 0.8),
+        ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
                        facecolors=[_color(k) for k in kinds], linewidth=0)
         cursor = None
-        for w in step.work:  # the idle gaps, shaded under the device row
+        for w in step.work:  # the idle gaps, shaded behind the work row
             if cursor is not None and w.start_ns > cursor:
-                ax.axvspan(us(cursor), us(w.start_ns), ymin=0.02, ymax=0.47, color=_IDLE_COLOR, zorder=0)
+                ax.axvspan(at(cursor), at(w.start_ns), ymin=0.02, ymax=0.98 / len(rows), color=_IDLE_COLOR, zorder=0)
             cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
-        ax.set_yticks([0.5, 1.5], ["GPU kernels" if step.unit == "kernel" else "CPU ops",
-                                   "host launches" if step.unit == "kernel" else "host"])
-        ax.set_ylim(0, 2)
-        ax.set_title(_figures(step), fontsize=10, loc="left")
-    axes[-1, 0].set_xlabel("µs from the step's start")
+        ax.set_yticks([0.5 + i for i in range(len(rows))], rows)
+        ax.set_ylim(0, len(rows))
+        ax.set_title(_figures(step, scale, unit), fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel(f"{unit} from the step's start")
     order = [k for k in (*KIND_COLORS, NO_MODULE, UNATTRIBUTED_KIND) if k in used]
-    handles = [Patch(color=_color(k), label=k) for k in order] + [Patch(color=_IDLE_COLOR, label="GPU idle")]
+    idle = "GPU idle" if any(s.unit == "kernel" for s in steps) else "idle"
+    handles = [Patch(color=_color(k), label=k) for k in order] + [Patch(color=_IDLE_COLOR, label=idle)]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
-    fig.suptitle(" · ".join(Path(s).name for s in sources), fontsize=11)
+    fig.suptitle(" · ".join(Path(s).name for s in sources) + _headline(steps, scale, unit), fontsize=11)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
