@@ -231,3 +231,31 @@ def test_graphrt_step_ranges_are_not_module_kinds():
     for name in ("record", "prefill", "decode_step[eager]", "replay[bs=8]", "capture[bs=8]", "copy_in"):
         assert range_kind(name) is None, name
     assert range_kind("model.layers.3.mlp (Qwen2MLP)") == "mlp"
+
+
+def test_json_holds_launch_delays_the_idle_split_and_replay_per_module(cli, tmp_path):
+    """In the synthetic traces above an eager kernel starts 1 µs after its 4 µs launch call ends
+    and 8 µs after the previous kernel, launched only after that one ended: host waits. The
+    replay's three kernels, 1 µs apart, all hang off one cudaGraphLaunch that began first:
+    kernel waits, and one launch delay (4 µs) for all three."""
+    eager, graph, out = tmp_path / "eager.json", tmp_path / "graph.json", tmp_path / "figures.json"
+    eager.write_text(json.dumps(_chrome_cuda_trace(graph=False)))
+    graph.write_text(json.dumps(_chrome_cuda_trace(graph=True)))
+    result = cli("analyze", eager, graph, "--json", out)
+    assert result.exit_code == 0, result.output
+    assert "Launches and GPU idle" in result.stdout
+    figures = json.loads(out.read_text())
+    eager_steps, graph_steps = (t["launch_idle"]["per_step"] for t in figures["traces"])
+    assert len(eager_steps) == len(graph_steps) == 3
+    for s in eager_steps:
+        assert (s["delay_p50_ns"], s["kernel_launches"], s["graph_fanout"]) == (1_000, 3, [])
+        assert s["idle_ns"] == {"host_wait": 16_000, "kernel_wait": 0, "other": 0}
+    for s in graph_steps:
+        assert (s["delay_p50_ns"], s["graph_launches"], s["graph_fanout"]) == (4_000, 1, [3])
+        assert s["idle_ns"] == {"host_wait": 0, "kernel_wait": 2_000, "other": 0}
+    (modules,) = figures["replay_modules"]
+    assert (modules["eager"], modules["replay"]) == ("eager.json: decode_step[eager]", "graph.json: replay[bs=1]")
+    assert (modules["items"], modules["attributed_share"]) == (3, 1.0)
+    (row,) = modules["by_kind"]  # no module ranges in these traces
+    assert row["key"] == "(no module)"
+    assert (row["eager"]["gap_ns"], row["replay"]["gap_ns"], row["removed_ns"]) == (16_000, 2_000, 14_000)

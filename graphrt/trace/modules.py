@@ -57,10 +57,14 @@ class Side:
     def total_ns(self) -> float:
         return self.busy_ns + self.gap_ns
 
-    def add(self, busy_ns: int, gap_ns: int, weight: float) -> None:
-        self.work += weight
-        self.busy_ns += busy_ns * weight
-        self.gap_ns += gap_ns * weight
+    def add(self, busy_ns: int, gap_ns: int) -> None:
+        self.work += 1
+        self.busy_ns += busy_ns
+        self.gap_ns += gap_ns
+
+    def per_step(self, steps: int) -> None:
+        """From totals over `steps` steps to the mean per step."""
+        self.work, self.busy_ns, self.gap_ns = (x / steps for x in (self.work, self.busy_ns, self.gap_ns))
 
 
 @dataclass
@@ -103,11 +107,12 @@ def _gaps(step: StepTimeline) -> list[int]:
 
 def _accumulate(steps: Sequence[StepTimeline], stacks_of: list[list[tuple[str, ...] | None]],
                 kinds: dict[str, ModuleTime], names: dict[str, ModuleTime], mode: str) -> None:
-    weight = 1 / len(steps)
     for step, stacks in zip(steps, stacks_of):
         for w, gap, stack in zip(step.work, _gaps(step), stacks):
             for row in [kinds[work_kind(stack)], *(names[n] for n in dict.fromkeys(stack or ()))]:
-                getattr(row, mode).add(w.duration_ns, gap, weight)
+                getattr(row, mode).add(w.duration_ns, gap)
+    for row in [*kinds.values(), *names.values()]:
+        getattr(row, mode).per_step(len(steps))
 
 
 def _attribute(reference: StepTimeline, steps: Sequence[StepTimeline]) -> list[Attribution]:
