@@ -71,3 +71,16 @@ def small_decodes(draw, max_layers: int = 2):
                          num_key_value_heads=kv_heads, rope_theta=10_000.0)
     return (config, draw(st.sampled_from([1, 2, 4])), draw(st.integers(1, 9)),
             draw(st.integers(0, 99)))
+
+
+@pytest.fixture(scope="session")
+def tiny_torch_traces(tmp_path_factory) -> Path:
+    """The directory `graphrt trace --profiler torch --model tiny` makes (eager and graph, CPU)."""
+    from graphrt.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-torch-traces")
+    result = CliRunner().invoke(main, ["trace", "--profiler", "torch", "--model", "tiny", "--steps", "4",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (directory,) = out.iterdir()
+    return directory

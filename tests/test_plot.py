@@ -40,12 +40,9 @@ def test_a_gpu_trace_is_drawn(cli, tmp_path, trace):
     assert [p.name for p in tmp_path.iterdir()] == ["step.png"]  # no temporary left behind
 
 
-def test_a_cpu_trace_draws_eager_above_replay_coloured_by_module_kind(cli, tmp_path):
-    made = cli("trace", "--profiler", "torch", "--model", "tiny", "--steps", "4", "--out", tmp_path / "traces")
-    assert made.exit_code == 0, made.output
-    (directory,) = (tmp_path / "traces").iterdir()
+def test_a_cpu_trace_draws_eager_above_replay_coloured_by_module_kind(cli, tmp_path, tiny_torch_traces):
     out = tmp_path / "step.png"
-    result = cli("analyze", directory, "--plot", out)
+    result = cli("analyze", tiny_torch_traces, "--plot", out)
     assert result.exit_code == 0, result.output
     assert "decode_step[eager] above replay[bs=1]" in result.stdout
     rgb = _pixels(out)

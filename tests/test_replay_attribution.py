@@ -8,6 +8,7 @@ what makes a misalignment easy: shifted by one layer, every op name still matche
 """
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -18,7 +19,7 @@ from graphrt.backends.factory import make_backend
 from graphrt.config import PRESETS
 from graphrt.trace import load_trace
 from graphrt.trace.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
-from graphrt.trace.modules import compare_modules
+from graphrt.trace.modules import Reference, compare_modules
 from graphrt.trace.record import torch_window
 from graphrt.trace.timeline import step_timelines
 from graphrt.weights import build_model
@@ -181,3 +182,23 @@ def test_cuda_replay_kernels_take_their_modules_from_the_eager_step(tmp_path):
         assert kinds[kind].replay.work == pytest.approx(kinds[kind].eager.work, rel=0.05), kind
         assert 0.5 < kinds[kind].replay.busy_ns / kinds[kind].eager.busy_ns < 2, kind
     assert sum(r.replay.gap_ns for r in found.by_kind) < sum(r.eager.gap_ns for r in found.by_kind)
+
+
+def test_a_trace_of_a_tape_replay_is_attributed_from_the_capture_alone(cli, tmp_path, tiny_torch_traces):
+    """`graphrt trace` keeps what the capture recorded beside the trace (summary.json), so the
+    replay trace needs no eager step; and the eager alignment puts every op where it does."""
+    out = tmp_path / "figures.json"
+    result = cli("analyze", tiny_torch_traces / "graph.json", "--json", out)
+    assert result.exit_code == 0, result.output
+    (found,) = json.loads(out.read_text())["replay_modules"]
+    assert "TapeGraph.op_ranges" in found["method"] and found["eager_steps"] == 0
+    assert found["attributed_share"] == 1.0
+
+    entries = json.loads((tiny_torch_traces / "summary.json").read_text())["modes"]["graph"]["captured_ops"]
+    captured = Reference.of_capture(entries["replay[bs=1]"])
+    eager_step = step_timelines(load_trace(tiny_torch_traces / "eager.json"))[0]
+    for replay_step in step_timelines(load_trace(tiny_torch_traces / "graph.json")):
+        from_capture = carry_over(captured.names, captured.stacks, captured.calls, replay_step.names)
+        from_eager = _attribute(eager_step, replay_step.names)
+        assert from_capture.stacks == from_eager.stacks
+        assert from_capture.attributed == len(replay_step.work)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import Membership, TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
-from graphrt.trace.modules import replay_modules
+from graphrt.trace.modules import Captured, replay_modules
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
                                          replay_modules_dict)
@@ -58,6 +59,20 @@ def _analyse(path: Path) -> _Analysed:
                      None if timelines else whole_trace(trace, membership))
 
 
+def _captured_ops(trace_file: Path) -> Captured:
+    """What the capture of a graph recorded of each op's ranges, where the trace came from
+    `graphrt trace` on a TapeGraph: summary.json beside it holds it (graphrt.trace.record)."""
+    summary = trace_file.parent / "summary.json"
+    if not summary.is_file():
+        return {}
+    try:
+        modes = json.loads(summary.read_text()).get("modes", {})
+        return {step: [(name, list(stack)) for name, stack in entries]
+                for mode in modes.values() for step, entries in mode.get("captured_ops", {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise GraphrtError(f"{summary}: not a summary graphrt trace wrote (modes.*.captured_ops: {e})") from None
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -92,7 +107,8 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         click.echo()
         click.echo(format_comparison(comparison))
     several = len(files) > 1
-    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)])
+    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)],
+                             [_captured_ops(p) for p in files])
     for found in modules:
         click.echo()
         click.echo(format_replay_modules(found, top=top))

@@ -88,6 +88,8 @@ class ReplayModules:
     method: str
     items: int  # work items of the first replayed step
     how: dict[str, int]  # of those, by how they were attributed (graphrt.trace.attribution)
+    eager_steps: int  # how many eager steps the eager figures are the mean of (0: none)
+    replay_steps: int
     by_kind: list[ModuleTime] = field(default_factory=list)
     by_name: list[ModuleTime] = field(default_factory=list)
 
@@ -115,56 +117,88 @@ def _accumulate(steps: Sequence[StepTimeline], stacks_of: list[list[tuple[str, .
         getattr(row, mode).per_step(len(steps))
 
 
-def _attribute(reference: StepTimeline, steps: Sequence[StepTimeline]) -> list[Attribution]:
-    stacks = [w.stack for w in reference.work]
-    calls = [w.home for w in reference.work]
+@dataclass(frozen=True)
+class Reference:
+    """What replayed work is attributed from: a sequence of names, each with the ranges it was
+    issued in and the module call it lies in (graphrt.trace.attribution.carry_over)."""
+
+    names: list[str]
+    stacks: list[tuple[str, ...]]
+    calls: list[object]
+    method: str
+
+    @classmethod
+    def of_eager(cls, step: StepTimeline) -> Reference:
+        what = "kernel" if step.unit == "kernel" else "op"
+        return cls(step.names, [w.stack for w in step.work], [w.home for w in step.work],
+                   f"{what} names aligned with the eager step's (longest common subsequence)")
+
+    @classmethod
+    def of_capture(cls, entries: Sequence[tuple[str, Sequence[str]]]) -> Reference:
+        """From a TapeGraph's own records: per entry, its op name and the ranges open at capture."""
+        stacks = [tuple(stack) for _, stack in entries]
+        return cls([name for name, _ in entries], stacks, list(stacks),
+                   "the capture's own records of each op's ranges (TapeGraph.op_ranges)")
+
+
+def _attribute(reference: Reference, steps: Sequence[StepTimeline]) -> list[Attribution]:
     done: dict[tuple[str, ...], Attribution] = {}  # replays of one graph repeat one sequence
     for step in steps:
         key = tuple(step.names)
         if key not in done:
-            done[key] = carry_over(reference.names, stacks, calls, step.names)
+            done[key] = carry_over(reference.names, reference.stacks, reference.calls, step.names)
     return [done[tuple(step.names)] for step in steps]
 
 
 def compare_modules(eager: Sequence[StepTimeline], replay: Sequence[StepTimeline],
-                    eager_label: str, replay_label: str) -> ReplayModules:
-    """The replayed steps' work attributed from the first eager step, and both modes' time per
-    module kind and module name."""
-    attributions = _attribute(eager[0], replay)
+                    eager_label: str, replay_label: str, reference: Reference | None = None) -> ReplayModules:
+    """The replayed steps' work attributed from `reference` (by default the first eager step),
+    and both modes' time per module kind and module name (eager's zero without eager steps)."""
+    reference = reference or Reference.of_eager(eager[0])
+    attributions = _attribute(reference, replay)
     kinds: dict[str, ModuleTime] = {k: ModuleTime(k) for k in KIND_ORDER}
     names: dict[str, ModuleTime] = defaultdict(lambda: ModuleTime(""))
-    _accumulate(eager, [[w.stack for w in s.work] for s in eager], kinds, names, "eager")
+    if eager:
+        _accumulate(eager, [[w.stack for w in s.work] for s in eager], kinds, names, "eager")
     _accumulate(replay, [a.stacks for a in attributions], kinds, names, "replay")
     for key, row in names.items():
         row.key = key
-    unit = eager[0].unit
-    what = "kernel" if unit == "kernel" else "op"
     return ReplayModules(
-        eager=eager_label, replay=replay_label, unit=unit,
-        method=f"{what} names aligned with the eager step's (longest common subsequence)",
-        items=len(replay[0].work), how=attributions[0].counts(),
+        eager=eager_label, replay=replay_label, unit=replay[0].unit, method=reference.method,
+        items=len(replay[0].work), how=attributions[0].counts(), eager_steps=len(eager), replay_steps=len(replay),
         by_kind=[row for row in kinds.values() if row.eager.work or row.replay.work],
-        by_name=sorted(names.values(), key=lambda r: (-r.eager.total_ns, r.key)))
+        by_name=sorted(names.values(), key=lambda r: (-r.eager.total_ns, -r.replay.total_ns, r.key)))
 
 
-def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]]) -> list[ReplayModules]:
+Captured = dict[str, Sequence[tuple[str, Sequence[str]]]]  # replay step name -> captured entries
+
+
+def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]],
+                   captured: Sequence[Captured] = ()) -> list[ReplayModules]:
     """For every replay step group in the traces (label, timelines), set against the first eager
-    (`decode_step[...]`) group with the same unit of work; none without an eager group."""
-    groups: dict[tuple[str, str], list[StepTimeline]] = {}
-    for label, timelines in labelled:
+    (`decode_step[...]`) group with the same unit of work. A replay whose capture left its own
+    records (`captured[i]` for trace i, CPU op traces only) is attributed from those, exactly;
+    the others from the eager step, and not at all without one."""
+    groups: dict[tuple[int, str], list[StepTimeline]] = {}
+    for n, (_, timelines) in enumerate(labelled):
         for t in timelines:
-            groups.setdefault((label, t.group), []).append(t)
+            groups.setdefault((n, t.group), []).append(t)
     eager = [(key, steps) for key, steps in groups.items() if key[1].startswith("decode_step[")]
     found = []
-    for (label, group), steps in groups.items():
-        if not is_replay(group):
+    for (n, group), steps in groups.items():
+        if not is_replay(group) or not steps[0].work:
             continue
         matching = [(k, s) for k, s in eager if s[0].unit == steps[0].unit and s[0].work]
-        if not matching or not steps[0].work:
+        records = captured[n].get(group) if n < len(captured) and steps[0].unit == "op" else None
+        if not matching and not records:
             continue
-        (eager_label, eager_group), eager_steps = matching[0]
-        found.append(compare_modules(eager_steps, steps, _label(eager_label, eager_group),
-                                     _label(label, group)))
+        if matching:
+            (m, eager_group), eager_steps = matching[0]
+            eager_label = _label(labelled[m][0], eager_group)
+        else:
+            eager_steps, eager_label = [], "no eager step"
+        found.append(compare_modules(eager_steps, steps, eager_label, _label(labelled[n][0], group),
+                                     Reference.of_capture(records) if records else None))
     return found
 
 

@@ -68,7 +68,8 @@ def _module_rows(rows: Sequence[ModuleTime], unit: str) -> str:
 def format_replay_modules(found: ReplayModules, top: int = 15) -> str:
     how = found.how
     what = "kernels" if found.unit == "kernel" else "ops"
-    head = (f"{found.replay} against {found.eager}, module by module (per step): {found.share:.1%} of "
+    against = f" against {found.eager}" if found.eager_steps else " (no eager step to set it against)"
+    head = (f"{found.replay}{against}, module by module (per step): {found.share:.1%} of "
             f"{found.items:,} replayed {what} attributed ({how['matched']:,} by {found.method}, "
             f"{how['between']:,} lying inside one module call between matched ones, "
             f"{how['unattributed']:,} unattributed)")
@@ -86,6 +87,7 @@ def _module_dict(r: ModuleTime) -> dict[str, Any]:
 def replay_modules_dict(found: ReplayModules) -> dict[str, Any]:
     return {"eager": found.eager, "replay": found.replay, "unit": found.unit, "method": found.method,
             "items": found.items, "attributed_share": found.share, "how": found.how,
+            "eager_steps": found.eager_steps, "replay_steps": found.replay_steps,
             "by_kind": [_module_dict(r) for r in found.by_kind],
             "by_name": [_module_dict(r) for r in found.by_name]}
 

@@ -27,9 +27,11 @@ import torch
 from graphrt import nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
+from graphrt.backends.graph import GraphBackend
 from graphrt.config import ModelConfig
 from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.graphs import TapeGraph
 from graphrt.launches import StepLaunches
 from graphrt.model import Qwen2ForCausalLM, greedy
 from graphrt.runner import RunSpec
@@ -54,6 +56,23 @@ class RecordedMode:
     graph_launches: int | None = None
     prepare_s: float = 0.0  # graph capture time
     notes: list[str] = field(default_factory=list)
+    # TapeGraph captures, by the name of the step that replays them (`replay[bs=1]`): per
+    # entry, its op as torch.profiler names it and the ranges open when it was captured
+    # (TapeGraph.op_ranges), so analyze can attribute the replay's ops exactly.
+    captured_ops: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+
+
+def profiler_op_name(overload: str) -> str:
+    """`aten.addmm.default` -> `aten::addmm`: an op as torch.profiler names it."""
+    namespace, _, rest = overload.partition(".")
+    return f"{namespace}::{rest.partition('.')[0]}"
+
+
+def _captured_ops(backend: Backend) -> dict[str, list[tuple[str, list[str]]]]:
+    if not isinstance(backend, GraphBackend):
+        return {}
+    return {f"replay[bs={bs}]": [(profiler_op_name(op), list(stack)) for op, stack in zip(g.op_names, g.op_ranges)]
+            for bs, (g, _) in backend.graphs.items() if isinstance(g, TapeGraph)}
 
 
 @contextlib.contextmanager
@@ -124,7 +143,7 @@ def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
     launches = count_launches(backend, warm, spec.prompt_len) if count else StepLaunches(ops=None)
     return RecordedMode(backend.name, spec.warmup, recorded, launches.ops,
                         launches.kernel_launches, launches.graph_launches,
-                        prepared.seconds, list(prepared.notes))
+                        prepared.seconds, list(prepared.notes), _captured_ops(backend))
 
 
 def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
