@@ -124,15 +124,20 @@ def _chrome_cuda_trace(graph: bool, steps: int = 3) -> dict:
     return {"schemaVersion": 1, "traceEvents": events}
 
 
-def test_two_traces_print_side_by_side_and_write_json(cli, tmp_path):
+def _analyze_eager_and_graph(cli, tmp_path):
+    """`graphrt analyze eager.json graph.json --json figures.json` on the traces above:
+    (the result, the figures written)."""
     eager, graph, out = tmp_path / "eager.json", tmp_path / "graph.json", tmp_path / "figures.json"
     eager.write_text(json.dumps(_chrome_cuda_trace(graph=False)))
     graph.write_text(json.dumps(_chrome_cuda_trace(graph=True)))
     result = cli("analyze", eager, graph, "--json", out)
     assert result.exit_code == 0, result.output
-    assert "graph.json: replay[bs=1] against eager.json: decode_step[eager]" in result.stdout
+    return result, json.loads(out.read_text())
 
-    figures = json.loads(out.read_text())
+
+def test_two_traces_print_side_by_side_and_write_json(cli, tmp_path):
+    result, figures = _analyze_eager_and_graph(cli, tmp_path)
+    assert "graph.json: replay[bs=1] against eager.json: decode_step[eager]" in result.stdout
     assert [t["step_groups"][0]["name"] for t in figures["traces"]] == ["decode_step[eager]", "replay[bs=1]"]
     metrics = {m["metric"]: (m["baseline"], m["other"], m["removed"])
                for m in figures["comparisons"][0]["metrics"]}
@@ -238,13 +243,8 @@ def test_json_holds_launch_delays_the_idle_split_and_replay_per_module(cli, tmp_
     and 8 µs after the previous kernel, launched only after that one ended: host waits. The
     replay's three kernels, 1 µs apart, all hang off one cudaGraphLaunch that began first:
     kernel waits, and one launch delay (4 µs) for all three."""
-    eager, graph, out = tmp_path / "eager.json", tmp_path / "graph.json", tmp_path / "figures.json"
-    eager.write_text(json.dumps(_chrome_cuda_trace(graph=False)))
-    graph.write_text(json.dumps(_chrome_cuda_trace(graph=True)))
-    result = cli("analyze", eager, graph, "--json", out)
-    assert result.exit_code == 0, result.output
+    result, figures = _analyze_eager_and_graph(cli, tmp_path)
     assert "Launches and GPU idle" in result.stdout
-    figures = json.loads(out.read_text())
     eager_steps, graph_steps = (t["launch_idle"]["per_step"] for t in figures["traces"])
     assert len(eager_steps) == len(graph_steps) == 3
     for s in eager_steps:
