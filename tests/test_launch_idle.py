@@ -16,7 +16,8 @@ import pytest
 
 from graphrt.launches import launch_kind
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import Membership, analyze
+from graphrt.trace.analyze import analyze
+from graphrt.trace.membership import Membership
 from graphrt.trace.idle import KERNEL_WAIT_NS, step_launch_idle
 from graphrt.trace.timeline import step_timelines
 

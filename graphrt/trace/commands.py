@@ -15,7 +15,8 @@ from graphrt.io import check_writable, write_json
 from graphrt.options import decode_options
 from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import Membership, TraceReport, analyze as analyze_trace, compare_steps
+from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare_steps
+from graphrt.trace.membership import Membership
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
 from graphrt.trace.modules import Captured, replay_modules
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphrt.launches import launch_kind
-from graphrt.trace.analyze import Membership
+from graphrt.trace.membership import Membership
 from graphrt.trace.model import Range, Trace
 from graphrt.trace.names import group_name, is_step
 
