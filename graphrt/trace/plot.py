@@ -117,11 +117,12 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
         used.update(kinds)
         ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
                        facecolors=[_color(k) for k in kinds], linewidth=0)
-        cursor = None
-        for w in step.work:  # the idle gaps, shaded behind the work row
+        gaps, cursor = [], None
+        for w in step.work:  # the idle gaps, shaded in the work row
             if cursor is not None and w.start_ns > cursor:
-                ax.axvspan(at(cursor), at(w.start_ns), ymin=0.02, ymax=0.98 / len(rows), color=_IDLE_COLOR, zorder=0)
+                gaps.append((at(cursor), (w.start_ns - cursor) / scale))
             cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
+        ax.broken_barh(gaps, (0.1, 0.8), facecolors=_IDLE_COLOR, zorder=0)
         ax.set_yticks([0.5 + i for i in range(len(rows))], rows)
         ax.set_ylim(0, len(rows))
         ax.set_title(_figures(step, scale, unit), fontsize=10, loc="left")
