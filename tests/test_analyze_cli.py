@@ -259,3 +259,12 @@ def test_json_holds_launch_delays_the_idle_split_and_replay_per_module(cli, tmp_
     (row,) = modules["by_kind"]  # no module ranges in these traces
     assert row["key"] == "(no module)"
     assert (row["eager"]["gap_ns"], row["replay"]["gap_ns"], row["removed_ns"]) == (16_000, 2_000, 14_000)
+
+
+def test_a_replay_alone_says_what_would_attribute_its_kernels(cli, tmp_path):
+    graph = tmp_path / "graph.json"
+    graph.write_text(json.dumps(_chrome_cuda_trace(graph=True)))
+    result = cli("analyze", graph)
+    assert result.exit_code == 0, result.output
+    assert ("note: replay[bs=1]: replayed kernels fire no module range; give an eager trace of the same "
+            "model and batch beside it to attribute them") in result.stdout

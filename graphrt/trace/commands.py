@@ -19,6 +19,7 @@ from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare
 from graphrt.trace.membership import Membership
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
 from graphrt.trace.modules import Captured, replay_modules
+from graphrt.trace.names import is_replay
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
                                          replay_modules_dict)
@@ -113,6 +114,13 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     for found in modules:
         click.echo()
         click.echo(format_replay_modules(found, top=top))
+    attributed = {m.replay.rpartition(": ")[2] for m in modules}
+    replays = {t.group: t.unit for a in analysed for t in a.timelines if is_replay(t.group) and t.work}
+    for group, unit in replays.items():
+        if group not in attributed:
+            click.echo(f"\nnote: {group}: replayed {unit}s fire no module range; give an eager trace of "
+                       "the same model and batch beside it to attribute them (graphrt analyze eager.json "
+                       "graph.json)")
     if plot_path:
         from graphrt.trace.plot import plot_steps  # matplotlib is optional: only for --plot
 

@@ -24,7 +24,7 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def launch_idle_groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLaunchIdle]]:
+def _groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLaunchIdle]]:
     groups: dict[str, list[StepLaunchIdle]] = {}
     for s in steps:
         groups.setdefault(group_name(s.step), []).append(s)
@@ -33,7 +33,7 @@ def launch_idle_groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLa
 
 def format_launch_idle(steps: Sequence[StepLaunchIdle]) -> str:
     """One column per step group: medians over its steps."""
-    groups = launch_idle_groups(steps)
+    groups = _groups(steps)
     if not any(s.kernels for s in steps):
         return ""
     rows: list[tuple[str, ...]] = []
