@@ -18,11 +18,11 @@ def _pixels(path: Path):
     return image[..., :3]
 
 
-def _share_of(rgb, argb: int) -> float:
-    """The share of pixels painted in the colour `argb` (within rounding)."""
+def _pixels_of(rgb, argb: int) -> int:
+    """How many pixels are painted in the colour `argb` (within rounding)."""
     want = [((argb >> shift) & 0xFF) / 255 for shift in (16, 8, 0)]
     close = (abs(rgb[..., 0] - want[0]) < 0.02) & (abs(rgb[..., 1] - want[1]) < 0.02) & (abs(rgb[..., 2] - want[2]) < 0.02)
-    return float(close.mean())
+    return int(close.sum())
 
 
 def _not_blank(rgb) -> float:
@@ -51,5 +51,5 @@ def test_a_cpu_trace_draws_eager_above_replay_coloured_by_module_kind(cli, tmp_p
     eager_half, replay_half = rgb[: height // 2], rgb[height // 2: int(height * 0.88)]
     # the replay fired no module range: its ops are coloured by what the alignment gave them
     for kind in ("attention", "mlp"):
-        assert _share_of(eager_half, KIND_COLORS[kind]) > 0.0005, kind
-        assert _share_of(replay_half, KIND_COLORS[kind]) > 0.0005, kind
+        assert _pixels_of(eager_half, KIND_COLORS[kind]) > 20, kind
+        assert _pixels_of(replay_half, KIND_COLORS[kind]) > 20, kind

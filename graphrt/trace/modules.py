@@ -98,8 +98,9 @@ class ReplayModules:
         return 1 - self.how.get("unattributed", 0) / self.items if self.items else 1.0
 
 
-def _gaps(step: StepTimeline) -> list[int]:
-    """Per work item, the idle time in front of it (0 for the first)."""
+def idle_before(step: StepTimeline) -> list[int]:
+    """Per work item, the idle time in front of it: from the latest end of everything before it
+    to its start (0 for the first, and for one that overlaps what came before)."""
     gaps, busy_until = [], None
     for w in step.work:
         gaps.append(0 if busy_until is None else max(0, w.start_ns - busy_until))
@@ -110,7 +111,7 @@ def _gaps(step: StepTimeline) -> list[int]:
 def _accumulate(steps: Sequence[StepTimeline], stacks_of: list[list[tuple[str, ...] | None]],
                 kinds: dict[str, ModuleTime], names: dict[str, ModuleTime], mode: str) -> None:
     for step, stacks in zip(steps, stacks_of):
-        for w, gap, stack in zip(step.work, _gaps(step), stacks):
+        for w, gap, stack in zip(step.work, idle_before(step), stacks):
             for row in [kinds[work_kind(stack)], *(names[n] for n in dict.fromkeys(stack or ()))]:
                 getattr(row, mode).add(w.duration_ns, gap)
     for row in [*kinds.values(), *names.values()]:

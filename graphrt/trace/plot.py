@@ -18,7 +18,7 @@ from pathlib import Path
 from graphrt.errors import GraphrtError
 from graphrt.nvtx import KIND_COLORS, STEP_COLORS
 from graphrt.trace.attribution import carry_over
-from graphrt.trace.modules import NO_MODULE, UNATTRIBUTED_KIND, work_kind
+from graphrt.trace.modules import NO_MODULE, UNATTRIBUTED_KIND, idle_before, work_kind
 from graphrt.trace.names import is_replay
 from graphrt.trace.timeline import StepTimeline
 
@@ -64,14 +64,9 @@ def _span_ns(step: StepTimeline) -> int:
 
 def _figures(step: StepTimeline, scale: float, unit: str) -> str:
     span = _span_ns(step)
-    busy, cursor = 0, None
-    for w in step.work:
-        start = w.start_ns if cursor is None else max(w.start_ns, cursor)
-        busy += max(0, w.end_ns - start)
-        cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
     what = "kernels" if step.unit == "kernel" else "ops"
     launches = f", {len(step.launches):,} launch calls" if step.launches or step.unit == "kernel" else ""
-    idle = 100 * (1 - busy / span) if span else 0
+    idle = 100 * sum(idle_before(step)) / span if span else 0
     return f"{step.name}: {len(step.work):,} {what}{launches}, {span / scale:,.1f} {unit} first→last, {idle:.0f}% idle"
 
 
@@ -117,12 +112,8 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
         used.update(kinds)
         ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
                        facecolors=[_color(k) for k in kinds], linewidth=0)
-        gaps, cursor = [], None
-        for w in step.work:  # the idle gaps, shaded in the work row
-            if cursor is not None and w.start_ns > cursor:
-                gaps.append((at(cursor), (w.start_ns - cursor) / scale))
-            cursor = w.end_ns if cursor is None else max(cursor, w.end_ns)
-        ax.broken_barh(gaps, (0.1, 0.8), facecolors=_IDLE_COLOR, zorder=0)
+        gaps = [(at(w.start_ns - gap), gap / scale) for w, gap in zip(step.work, idle_before(step)) if gap]
+        ax.broken_barh(gaps, (0.1, 0.8), facecolors=_IDLE_COLOR, zorder=0)  # idle, shaded in the work row
         ax.set_yticks([0.5 + i for i in range(len(rows))], rows)
         ax.set_ylim(0, len(rows))
         ax.set_title(_figures(step, scale, unit), fontsize=10, loc="left")
