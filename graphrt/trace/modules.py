@@ -29,6 +29,7 @@ from graphrt.trace.attribution import Attribution, carry_over
 from graphrt.trace.names import is_replay
 from graphrt.trace.timeline import StepTimeline
 
+EAGER_STEP = "decode_step[eager]"
 NO_MODULE = "(no module)"
 UNATTRIBUTED_KIND = "(unattributed)"
 KIND_ORDER = (*KINDS, NO_MODULE, UNATTRIBUTED_KIND)
@@ -176,15 +177,16 @@ Captured = dict[str, Sequence[tuple[str, Sequence[str]]]]  # replay step name ->
 
 def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]],
                    captured: Sequence[Captured] = ()) -> list[ReplayModules]:
-    """For every replay step group in the traces (label, timelines), set against the first eager
-    (`decode_step[...]`) group with the same unit of work. A replay whose capture left its own
+    """For every replay step group in the traces (label, timelines), set against the first
+    `decode_step[eager]` group with the same unit of work (a compiled or piecewise step fires
+    no module range for all of its work, so it cannot stand in for eager). A replay whose capture left its own
     records (`captured[i]` for trace i, CPU op traces only) is attributed from those, exactly;
     the others from the eager step, and not at all without one."""
     groups: dict[tuple[int, str], list[StepTimeline]] = {}
     for n, (_, timelines) in enumerate(labelled):
         for t in timelines:
             groups.setdefault((n, t.group), []).append(t)
-    eager = [(key, steps) for key, steps in groups.items() if key[1].startswith("decode_step[")]
+    eager = [(key, steps) for key, steps in groups.items() if key[1] == EAGER_STEP]
     found = []
     for (n, group), steps in groups.items():
         if not is_replay(group) or not steps[0].work:
