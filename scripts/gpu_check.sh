@@ -3,7 +3,8 @@
 #   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager, piecewise and full graphs
 #   at batch 1 and 8
 #   · a batch sweep 1..64 with its PNG · compile (reduce-overhead) at batch 1 · a torch.profiler
-#   trace of eager and graph with NVTX on vs off · what a replay launches besides its graph and
+#   trace of eager and graph with NVTX on vs off, per-module attribution of the replay and a picture
+#   of one step · what a replay launches besides its graph and
 #   what a profiler session costs later steps · one summary table and gpu-summary.json.
 # Each step has its own time limit (cut to what is left of GPU_CHECK_BUDGET, default 240 s) and
 # writes its results the moment it ends, into at most 8 files under $RESULTS (default
@@ -82,7 +83,7 @@ common=(--model "$model" --device "$device" --dtype "$dtype" --prompt-len "$prom
 
 # most telling first: if the budget runs out, what is left undone matters least
 step info 20 "$have_graphrt" "${graphrt[@]}" info
-step cuda-tests 90 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
+step cuda-tests 120 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
   --junitxml="$work/cuda-tests.xml" tests
 for batch in 1 8; do
   step "run-b$batch" 75 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
@@ -92,7 +93,9 @@ step trace 45 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --m
   --profiler torch --overhead "$overhead" --no-lint --out "$work/traces"  # the runs lint
 trace_dir=$(ls -d "$work"/traces/*/ 2>/dev/null | head -n 1)
 if [ -n "$trace_dir" ]; then
-  step analyze 20 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json"
+  plot=()
+  [ "$have_plot" = 1 ] && plot=(--plot "$trace_dir/steps.png")
+  step analyze 20 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json" "${plot[@]}"
   tar -czf "$results/traces.tar.gz" -C "$work/traces" .
 fi
 step probe 45 "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
