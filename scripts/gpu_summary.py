@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
         for r in rows:
             if r["graph_MiB_per_bucket"]:
                 kinds = " / ".join(k.removesuffix("_bytes") for k in next(iter(r["graph_MiB_per_bucket"].values())))
-                print(f"graph memory, batch {r['batch']}, MiB per bucket ({kinds}): "
+                print(f"{r['mode']} memory, batch {r['batch']}, MiB per bucket ({kinds}): "
                       f"{_memory(r['graph_MiB_per_bucket'])}")
     if summary["sweep"]:
         sweep_keys = list(summary["sweep"][0])
