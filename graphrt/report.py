@@ -92,7 +92,11 @@ def summary_lines(result: RunResult) -> list[str]:
         lines.append(f"speedup {mode} vs eager: {eager.stats.median / gen.stats.median:.2f}x "
                      "(median step)")
     lines += [compare(eager, gen).describe() for mode, gen in gens.items() if mode != "eager"]
-    lines += [f"note: {note}" for gen in gens.values() for note in gen.prepare.notes]
+    said: dict[str, list[str]] = {}  # a note, and the modes that give it
+    for mode, gen in gens.items():
+        for note in gen.prepare.notes:
+            said.setdefault(note, []).append(mode)
+    lines += [f"note: {' and '.join(modes)}: {note}" for note, modes in said.items()]
     return lines
 
 

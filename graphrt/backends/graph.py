@@ -119,7 +119,7 @@ class GraphBackend(Backend):
         memory = sum(graph.memory_bytes for bucket in graphs.values() for graph in bucket)
         per_bucket = {bs: _bucket_memory(bucket) for bs, bucket in graphs.items()}
         notes = [] if self.kind == "cuda" else [
-            f"{self.name} runs on TapeGraphs here: CUDA-graph semantics without a GPU, a correctness "
+            "TapeGraphs here: CUDA-graph semantics without a GPU, a correctness "
             "check, not a speed claim (launch overhead exists only on CUDA)"]
         return PrepareReport(seconds, memory, notes, per_bucket, lint_seconds)
 
