@@ -168,9 +168,43 @@ def test_an_in_place_update_of_a_static_input_is_seen_by_the_next_replay() -> No
     assert out.tolist() == [32.0]
 
 
-def test_replay_is_bitwise_where_an_out_overload_would_round_differently() -> None:
-    # linear.out with a bias takes another BLAS path than linear for this shape (the last bits
-    # differ), so the tape must replay linear itself and copy the result in
+# Two ops defined here so that the tape's out= rules are exercised whatever BLAS this machine
+# has: `third`'s out= overload rounds differently from the op itself (x * (1/3) against x / 3),
+# and `half`'s out= overload has a schema but no CPU kernel.
+_LIB = torch.library.Library("graphrt_test", "DEF")
+_LIB.define("third(Tensor x) -> Tensor")
+_LIB.define("third.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+_LIB.impl("third", lambda x: x / 3, "CPU")
+_LIB.impl("third.out", lambda x, *, out: torch.mul(x, 1 / 3, out=out), "CPU")
+_LIB.define("half(Tensor x) -> Tensor")
+_LIB.define("half.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+_LIB.impl("half", lambda x: x / 2, "CPU")
+third, half = torch.ops.graphrt_test.third, torch.ops.graphrt_test.half
+
+
+def test_replay_is_bitwise_where_the_out_overload_rounds_differently() -> None:
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    # the premise: replaying through third.out would change the last bits
+    assert not torch.equal(third.out(x, out=torch.empty(1000)), third(x))
+    graph, out = capture(lambda: third(x), device="cpu", warmup=0)
+    x.copy_(torch.randn(1000, generator=torch.Generator().manual_seed(1)))
+    graph.replay()
+    assert torch.equal(out, third(x))  # the tape replays `third` itself and copies the result in
+
+
+def test_an_out_overload_without_a_kernel_for_the_device_is_not_used() -> None:
+    x = torch.randn(8)
+    with pytest.raises(NotImplementedError, match="CPU"):  # the premise: no CPU kernel
+        half.out(x, out=torch.empty(8))
+    graph, out = capture(lambda: half(x), device="cpu", warmup=0)
+    x.copy_(torch.arange(8.0))
+    graph.replay()
+    assert out.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+
+
+def test_linear_with_a_bias_replays_bitwise_at_a_decode_shape() -> None:
+    # linear.out with a bias can take another BLAS path than linear (an 8x896 input differs in
+    # the last bits on some CPUs); whichever path the tape picks here, replay is eager's bits
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(8, 1, 896, generator=gen)
     w, b = torch.randn(4864, 896, generator=gen), torch.randn(4864, generator=gen)
@@ -226,6 +260,25 @@ def test_ops_that_change_a_tensors_layout_in_place_replay_correctly() -> None:
     expected_y, (expected_values, expected_indices) = step()
     assert torch.equal(y, expected_y)
     assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+def test_an_op_recorded_on_a_transposed_view_replays_with_that_layout() -> None:
+    # y.t_() swaps y's strides in place; the sum recorded in between reduced y's columns. By
+    # replay time y is untransposed again, so a replay with y's current layout would sum rows.
+    a = torch.randn(3, 3)
+
+    def step():
+        y = a @ a
+        y.t_()
+        column_sums = y.sum(dim=0)
+        y.t_()
+        return column_sums
+
+    graph, out = capture(step, device="cpu", warmup=0)
+    a.copy_(torch.randn(3, 3))
+    graph.replay()
+    assert torch.equal(out, (a @ a).t().sum(dim=0))
+    assert not torch.allclose(out, (a @ a).sum(dim=0))  # rows and columns differ here
 
 
 def test_a_pool_for_another_kind_of_graph_is_rejected() -> None:
