@@ -49,3 +49,40 @@ def test_decode_writes_the_cache_in_place(tiny_config):
         assert after[name] is tensor and tensor.data_ptr() == ptr, name
     # and the step really wrote there: row 1's slot 8 holds a non-zero key
     assert model.model.layers[0].self_attn.cache.k[1, :, 8].abs().sum() > 0
+
+
+def ragged_prompts(vocab_size: int, lengths: list[int]) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(2)
+    return [torch.randint(0, vocab_size, (1, n), generator=gen) for n in lengths]
+
+
+def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_config, tmp_path):
+    # A serving batch: prompts of different lengths, right-padded into one prefill, then every
+    # decode step writes and reads each row at that row's own position. HF decodes each prompt
+    # on its own, unpadded: row b must see exactly its own tokens, at its own positions.
+    hf = save_reference(tiny_config, tmp_path)
+    ours = build_model(tiny_config, CPU, torch.float32, checkpoint=tmp_path)
+    lengths, steps = [3, 9, 6], 5
+    prompts = ragged_prompts(tiny_config.vocab_size, lengths)
+    ours.setup_cache(len(lengths), max(lengths) + steps)
+    padded = torch.zeros(len(lengths), max(lengths), dtype=torch.long)  # pad id 0, never attended
+    for row, prompt in enumerate(prompts):
+        padded[row, : prompt.shape[1]] = prompt[0]
+
+    with torch.no_grad():
+        prefill = ours.prefill(padded)
+        token = torch.stack([prefill[row, n - 1] for row, n in enumerate(lengths)]).argmax(-1, keepdim=True)
+        positions = torch.tensor(lengths)
+        ours_steps = []
+        for _ in range(steps):
+            logits = ours.decode_step(token, positions)
+            ours_steps.append(logits)
+            token, positions = greedy(logits), positions + 1
+
+        for row, prompt in enumerate(prompts):
+            hf_out = hf(prompt, use_cache=True)
+            cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
+            for step in range(steps):
+                hf_out = hf(hf_token, past_key_values=cache, use_cache=True)
+                assert (ours_steps[step][row] - hf_out.logits[0, -1]).abs().max() <= 1e-4, (row, step)
+                cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
