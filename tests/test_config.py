@@ -76,3 +76,89 @@ def test_dataclass_checks_apply_to_presets_too():
     with pytest.raises(GraphrtError, match="num_attention_heads 4 is not divisible"):
         ModelConfig("bad", vocab_size=8, hidden_size=16, intermediate_size=8,
                     num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=3)
+
+
+TINY_FIELDS = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden_layers=1,
+                   num_attention_heads=4, num_key_value_heads=2)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"hidden_size": 12, "num_attention_heads": 4, "num_key_value_heads": 4},
+     "head_dim must be even for rotary embeddings, got 3"),
+    ({"num_hidden_layers": True}, "num_hidden_layers must be a positive integer, got True"),
+    ({"vocab_size": 8.0}, "vocab_size must be a positive integer, got 8.0"),
+    ({"head_dim": -4}, "head_dim must be a positive integer, got -4"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings must be a positive integer, got 0"),
+    ({"num_key_value_heads": 0}, "num_key_value_heads must be a positive integer, got 0"),
+    ({"head_dim": 8}, "hidden_size 16 != num_attention_heads 4 x head_dim 8"),
+    ({"rms_norm_eps": 0.0}, "rms_norm_eps and rope_theta must be positive"),
+    ({"rope_theta": -1.0}, "rms_norm_eps and rope_theta must be positive"),
+    ({"torch_dtype": "float64"}, "torch_dtype 'float64' is not one of float32, bfloat16, float16"),
+], ids=["odd-head-dim", "bool-for-int", "float-for-int", "negative", "zero-positions",
+        "zero-kv-heads", "heads-x-dim", "eps", "theta", "dtype"])
+def test_a_config_that_graphrt_cannot_run_is_refused_with_its_problem(change, problem):
+    with pytest.raises(GraphrtError) as e:
+        ModelConfig("bad", **{**TINY_FIELDS, **change})
+    assert str(e.value) == f"bad: {problem}"
+    assert e.value.problem == problem
+
+
+def test_head_dim_defaults_to_hidden_over_heads_and_may_be_given():
+    assert ModelConfig("mha", **TINY_FIELDS).head_dim == 4
+    wide = ModelConfig("wide", **{**TINY_FIELDS, "hidden_size": 32, "head_dim": 8})
+    assert (wide.head_dim, wide.num_query_groups) == (8, 2)
+    assert PRESETS["qwen2-7b"].num_query_groups == 7
+
+
+def test_parameter_count_equals_the_built_models(tiny_config):
+    import torch
+
+    from graphrt.weights import build_model
+
+    model = build_model(tiny_config, torch.device("cpu"), torch.float32)
+    distinct = {id(p): p.numel() for p in model.parameters()}  # a tied matrix once
+    assert tiny_config.num_parameters() == sum(distinct.values())
+
+
+def write_text(tmp_path, text):
+    (tmp_path / "config.json").write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "absent", "no such model directory (and not a preset: qwen2-0.5b"),
+    (lambda d: d, "no config.json in this directory"),
+    (lambda d: write_text(d, "{not json"), "invalid JSON"),
+    (lambda d: write(d, [1, 2]), "expected a JSON object at the top level"),
+    (lambda d: write(d, {k: v for k, v in QWEN2_0_5B.items() if k != "rope_theta"}),
+     "missing rope_theta (top-level or in rope_parameters)"),
+], ids=["no-dir", "no-config", "bad-json", "not-object", "no-rope-theta"])
+def test_unreadable_model_directories_are_named(tmp_path, make, message):
+    path = make(tmp_path)
+    with pytest.raises(GraphrtError) as e:
+        from_hf_dir(path)
+    assert message in str(e.value) and str(path) in str(e.value)
+
+
+def test_absent_kv_heads_means_multi_head_attention_and_defaults_apply(tmp_path):
+    raw = {k: v for k, v in QWEN2_0_5B.items()
+           if k not in ("num_key_value_heads", "torch_dtype", "max_position_embeddings",
+                        "rms_norm_eps", "tie_word_embeddings")}
+    cfg = from_hf_dir(write(tmp_path, raw))
+    assert cfg.num_key_value_heads == cfg.num_attention_heads == 14
+    assert (cfg.torch_dtype, cfg.max_position_embeddings, cfg.rms_norm_eps) == ("bfloat16", 32768, 1e-6)
+    assert (cfg.tie_word_embeddings, cfg.use_sliding_window, cfg.name) == (False, False, tmp_path.name)
+
+
+def test_rope_theta_may_sit_in_rope_scaling(tmp_path):
+    raw = {k: v for k, v in QWEN2_0_5B.items() if k != "rope_theta"}
+    raw["rope_scaling"] = {"rope_type": "default", "rope_theta": 2.5e5}
+    assert from_hf_dir(write(tmp_path, raw)).rope_theta == 2.5e5
+
+
+def test_resolve_tells_presets_from_directories(tmp_path):
+    assert resolve("tiny") == (PRESETS["tiny"], None)
+    cfg, path = resolve(str(write(tmp_path, QWEN2_0_5B)))
+    assert path == tmp_path and cfg.hidden_size == 896
+    with pytest.raises(GraphrtError, match="unknown model 'qwen9': not a directory, and not a preset"):
+        resolve("qwen9")
