@@ -41,8 +41,10 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         os.unlink(tmp)
+        if isinstance(e, OSError):  # a full disk, a file size limit, a directory in the way
+            raise GraphrtError(f"{path}: cannot write here ({e.strerror})") from None
         raise
     return path
 
