@@ -1,7 +1,9 @@
 """`graphrt run`: its JSON can be checked against HF, and bad input gets one clear line."""
 
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 
@@ -103,17 +105,30 @@ def test_checkpoint_with_a_misshaped_tensor(cli, tmp_path):
                    "tensor model.layers.0.self_attn.q_proj.bias has shape (63,), expected (64,)")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
-def test_unwritable_json_path_keeps_the_old_file(cli, tmp_path):
-    out = tmp_path / "ro" / "run.json"
-    out.parent.mkdir()
-    out.write_text("previous")
-    out.parent.chmod(0o500)
+@contextlib.contextmanager
+def file_size_limit(nbytes: int):
+    """Writes past `nbytes` into any file fail with EFBIG, for root too (Python ignores the
+    SIGXFSZ the kernel sends, so the write returns an error instead)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
     try:
-        one_line_error(cli("run", "--model", "tiny", "--steps", 4, "--json", out), "cannot write")
+        yield
     finally:
-        out.parent.chmod(0o700)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_write_that_fails_midway_keeps_the_old_file(cli, tmp_path):
+    # the run's JSON is several KiB; the write of its temporary file fails after 64 bytes
+    out = tmp_path / "run.json"
+    out.write_text("previous")
+    with file_size_limit(64):
+        result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager", "--json", out)
+    assert result.exit_code == 1, result.output
+    # after the run's progress lines, one line says why the result was not written
+    assert result.stderr.splitlines()[-1] == f"error: {out}: cannot write here (File too large)"
+    assert "Traceback" not in result.output
     assert out.read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left
 
 
 def test_json_into_a_path_that_is_a_file(cli, tmp_path):
@@ -131,3 +146,11 @@ def test_a_run_prints_no_third_party_warning(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["running piecewise…"]
     assert any(line.startswith("piecewise ") for line in proc.stdout.splitlines())
+
+
+def test_json_onto_a_directory_is_refused_before_the_run(cli, tmp_path):
+    out = tmp_path / "run.json"
+    (out / "inside").mkdir(parents=True)  # a directory where the file is expected
+    result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager", "--json", out)
+    one_line_error(result, f"File '{out}' is a directory", code=2)
+    assert [p.name for p in out.iterdir()] == ["inside"]
