@@ -3,7 +3,9 @@
 import contextlib
 import json
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
 
@@ -37,12 +39,25 @@ def test_greedy_tokens_equal_hf_generate(cli, tiny_config, tmp_path):
     assert run["modes"]["eager"]["generated_ids"] == expected[:, 5:].tolist()
 
 
-def test_table_names_the_run_and_each_mode(cli):
-    result = cli("run", "--model", "tiny", "--steps", 6, "--warmup", 2, "--mode", "eager")
+def test_table_shows_each_modes_figures_from_its_samples(cli, tmp_path):
+    out = tmp_path / "run.json"
+    result = cli("run", "--model", "tiny", "--steps", 6, "--warmup", 2, "--json", out)
     assert result.exit_code == 0, result.output
-    assert "tiny" in result.stdout and "float32" in result.stdout and "batch 1" in result.stdout
-    assert "step ms (median)" in result.stdout and "aten ops/step" in result.stdout
-    assert any(line.startswith("eager ") for line in result.stdout.splitlines())
+    run = json.loads(out.read_text())
+    header, columns, rule, *rows = result.stdout.splitlines()[:5]
+    assert header == (f"tiny · {run['machine']['device_name']} (cpu) · float32 · batch 1 · "
+                      "prompt 16 · 6 steps (2 warmup, not timed) · cache 22 positions")
+    assert re.split(r"\s{2,}", columns.strip())[:5] == ["mode", "step ms (median)", "p10", "p90", "tokens/s"]
+    assert "aten ops/step" in columns
+    for row, mode in zip(rows, ["eager", "graph"]):
+        name, median, p10, p90, tokens_per_s, ops, *_ = row.split()
+        samples = run["modes"][mode]["samples_ms"]
+        assert name == mode and len(samples) == 4  # 6 steps, the first 2 not timed
+        deciles = statistics.quantiles(samples, n=10, method="inclusive")
+        assert median == f"{statistics.median(samples):.3f}"
+        assert (p10, p90) == (f"{deciles[0]:.3f}", f"{deciles[-1]:.3f}")
+        assert tokens_per_s == f"{1e3 / statistics.median(samples):.3f}"
+        assert int(ops) == run["modes"][mode]["ops_per_step"] > 0
 
 
 def test_a_comma_list_runs_those_modes_in_order(cli):
