@@ -1,5 +1,6 @@
 """The roofline's byte and FLOP counts against the model itself, and the device ceilings."""
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -93,10 +94,21 @@ def test_ceilings_prefer_the_datasheet_and_fall_back_to_what_was_measured():
     assert (cpu.bandwidth, cpu.bandwidth_source) == (4.0e12, "measured copy")
 
 
-def test_measured_copy_bandwidth_and_matmul_throughput_are_plausible_on_this_cpu():
-    copy = hardware.measure_copy_bandwidth(CPU, nbytes=16 << 20, repeats=3)
-    flops = hardware.measure_matmul_flops(CPU, torch.float32, n=256, repeats=3)
-    assert 1e8 < copy < 1e13 and 1e8 < flops < 1e14
+def test_copy_bandwidth_counts_bytes_read_and_written_and_matmul_2n3_flops(monkeypatch):
+    # with each timed call taking a known half second, the rates are the work counted / 0.5 s
+    def half_a_second(fn, device, repeats):
+        fn()  # the real copy or matmul still runs
+        return 0.5
+
+    monkeypatch.setattr(hardware, "_median_seconds", half_a_second)
+    assert hardware.measure_copy_bandwidth(CPU, nbytes=1 << 20, repeats=1) == 2 * (1 << 20) / 0.5
+    assert hardware.measure_matmul_flops(CPU, torch.float32, n=64, repeats=1) == 2 * 64**3 / 0.5
+
+
+def test_timings_are_the_median_after_one_untimed_call():
+    durations = iter([0.3, 0.01, 0.2, 0.05])  # the first call warms up and is not timed
+    median = hardware._median_seconds(lambda: time.sleep(next(durations)), CPU, repeats=3)
+    assert 0.05 <= median < 0.2  # sleep never returns early; a busy machine makes it late
 
 
 def test_info_measure_adds_the_measured_rows(cli):
