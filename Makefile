@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 
-.PHONY: run test gpu-check gpu-bundle gpu-rehearsal clean
+.PHONY: run test gpu-check gpu-bundle gpu-rehearsal mutate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,4 +39,13 @@ gpu-rehearsal: gpu-bundle
 	RESULTS=results/gpu-rehearsal PYTHON=$(PYTHON) scripts/gpu_check.sh --rehearse
 
 clean:
-	rm -rf $(VENV) .tools .rehearse .whl
+	rm -rf $(VENV) .tools .rehearse .whl mutants
+
+# Mutation testing of the core (tests/MUTATION.md); MODULE=graphrt/timing.py for one module.
+# Not part of `make test` or CI: the whole core takes a long time on a small machine.
+$(VENV)/.dev: $(VENV)/.test
+	$(PIP) -e '.[test,dev]'
+	touch $@
+
+mutate: $(VENV)/.dev
+	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python scripts/mutate.py $(MODULE)

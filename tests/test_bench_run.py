@@ -148,9 +148,11 @@ def test_sigint_mid_sweep_leaves_earlier_files_and_writes_a_partial_result(tmp_p
     out.mkdir()
     earlier = out / "long-20000101-000000.json"
     earlier.write_text('{"an": "earlier run"}\n')
+    # the child imports this checkout's graphrt and runs in its root, where `make mutate`'s
+    # config (setup.cfg) is found by the mutated copy's trampolines
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "graphrt", "bench", str(scenario), "--out", str(out)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not [p for p in out.glob("long-*.json") if p != earlier] and proc.poll() is None:
         assert time.monotonic() < deadline, "no point finished in two minutes"

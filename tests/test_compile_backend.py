@@ -15,6 +15,7 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.slow
+@pytest.mark.compiles
 def test_compiling_happens_in_prepare_and_the_step_generates_eager_tokens():
     from torch._dynamo.utils import counters
 

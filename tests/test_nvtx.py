@@ -451,6 +451,7 @@ def test_ranges_trace_away_under_fullgraph_compile_without_recompiling(fresh_dyn
     assert pushes(events)[0] == "(Tree)" and len(events) == 12
 
 
+@pytest.mark.compiles
 def test_the_decode_step_compiles_to_one_graph_with_ranges_attached(tiny, fresh_dynamo):
     with torch.no_grad():
         expected = tiny.decode_step(*decode_inputs())
