@@ -1,6 +1,7 @@
 """`make mutate [MODULE=graphrt/timing.py]`: mutation testing of graphrt's core with mutmut 3.
 
-Runs `mutmut run` (every core module listed under [mutmut] in setup.cfg, or the one MODULE),
+Runs `mutmut run` (every core module listed under [mutmut] in setup.cfg, or those MODULE
+names, separated by spaces),
 then prints, per module, how many mutants the tests killed and the score. mutmut keeps its
 work in mutants/: a later run without MODULE only tests the mutants that have no result yet,
 and one with MODULE tests that module's mutants again. `mutmut show NAME` prints one mutant's
@@ -49,10 +50,10 @@ def results() -> dict[str, Counter]:
     return by_module
 
 
-def print_scores(by_module: dict[str, Counter], only: str | None) -> None:
+def print_scores(by_module: dict[str, Counter], only: list[str]) -> None:
     rows = []
     for module, counts in sorted(by_module.items()):
-        if only and not (module + ".").startswith(only.removesuffix("*")):
+        if only and not any((module + ".").startswith(g.removesuffix("*")) for g in only):
             continue
         tested = sum(n for status, n in counts.items() if status != "not checked")
         killed = sum(counts[s] for s in KILLED)
@@ -66,9 +67,9 @@ def print_scores(by_module: dict[str, Counter], only: str | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    glob = mutant_glob(argv[0]) if argv else None
-    run = subprocess.run([MUTMUT, "run", *([glob] if glob else [])])
-    print_scores(results(), glob)
+    globs = [mutant_glob(module) for module in argv]
+    run = subprocess.run([MUTMUT, "run", *globs])
+    print_scores(results(), globs)
     return run.returncode
 
 

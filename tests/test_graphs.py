@@ -124,6 +124,53 @@ def test_random_ops_are_refused_by_the_tape() -> None:
         capture(lambda: F.dropout(x, p=0.5, training=True), device="cpu")
 
 
+def mask_assign(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y[y > 0] = 0.0  # x[mask] = v finds the mask's nonzeros first
+    return y
+
+
+@pytest.mark.parametrize("step, op, reason", [
+    (mask_assign, "aten.index_put_.default", "its output shape depends on tensor data"),
+    (lambda x: x.numpy(), "Tensor.numpy", "a host sync"),
+    (lambda x: torch.mul(x, 2, out=torch.empty(0)), "aten.mul.out", "it moves a tensor to new memory"),
+    (lambda x: torch.bernoulli(x.sigmoid()), "aten.bernoulli.default", "random ops are not supported"),
+    (lambda x: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        x.view(1, 1, 1, 5), x.view(1, 1, 1, 5), x.view(1, 1, 1, 5), dropout_p=0.1),
+     "aten._scaled_dot_product_flash_attention_for_cpu.default", "random ops are not supported"),
+], ids=["mask-assign", "numpy", "out-resized", "bernoulli", "fused-attention-dropout"])
+def test_capture_refuses_what_replay_could_not_repeat(step, op, reason) -> None:
+    x = torch.randn(5)
+    with pytest.raises(GraphCaptureError) as info:
+        capture(lambda: step(x), device="cpu", warmup=0)
+    assert str(info.value).startswith(f"{op}: ") and reason in str(info.value)
+
+
+def test_fused_attention_without_dropout_is_allowed_and_replays() -> None:
+    # the fused CPU attention op carries the random-op tag for its dropout; at dropout_p=0 it
+    # is exact, and the decode step's attention must be capturable
+    q = torch.randn(1, 2, 4, 8)
+    graph, out = capture(lambda: F.scaled_dot_product_attention(q, q, q), device="cpu", warmup=0)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in graph.op_names
+    q.copy_(torch.randn(1, 2, 4, 8))
+    graph.replay()
+    assert torch.equal(out, F.scaled_dot_product_attention(q, q, q))
+
+
+def test_assignment_at_integer_positions_is_static_and_allowed() -> None:
+    y, where = torch.zeros(5), torch.tensor([1, 3])
+
+    def step():
+        y.zero_()
+        y[where] = 1.0
+        return y
+
+    graph, out = capture(step, device="cpu", warmup=0)
+    where.copy_(torch.tensor([0, 4]))
+    graph.replay()
+    assert out.tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
+
+
 def test_python_scalars_are_frozen_at_capture() -> None:
     # Why every per-step value must be a device tensor (invariant 2): replay runs no Python,
     # so a step that reads a Python int keeps seeing the value it had at capture.
