@@ -92,6 +92,21 @@ def test_ceilings_prefer_the_datasheet_and_fall_back_to_what_was_measured():
     assert (fp32.bandwidth, fp32.flops, fp32.flops_source) == (4.8e12, 7.0e14, "measured float32 matmul")
     cpu = ceilings(torch.float32, {**measured, "peak": None})
     assert (cpu.bandwidth, cpu.bandwidth_source) == (4.0e12, "measured copy")
+    # each ceiling names where it comes from
+    assert (bf16.bandwidth_source, bf16.flops_source) == ("datasheet H200 SXM", "datasheet H200 SXM")
+    assert fp32.bandwidth_source == "datasheet H200 SXM"
+    assert (cpu.flops, cpu.flops_source) == (7.0e14, "measured bfloat16 matmul")
+
+
+def test_the_roofline_carries_what_was_achieved_and_the_sources():
+    cost = StepCost(weight_bytes=2 * 10**9, kv_read_bytes=0, kv_write_bytes=0,
+                    linear_flops=3 * 10**9, attention_flops=0, lm_head_flops=0)
+    limits = Ceilings(bandwidth=4e12, flops=1e14, bandwidth_source="datasheet X", flops_source="measured Y")
+    r = roofline(cost, step_seconds=1e-3, limits=limits)
+    assert (r.bytes, r.flops, r.achieved_bandwidth, r.achieved_flops) == (2 * 10**9, 3 * 10**9, 2e12, 3e12)
+    assert (r.bandwidth_share, r.flops_share) == (pytest.approx(0.5), pytest.approx(0.03))
+    assert (r.bandwidth_source, r.flops_source) == ("datasheet X", "measured Y")
+    assert r.to_dict()["achieved_flops"] == 3e12
 
 
 def test_copy_bandwidth_counts_bytes_read_and_written_and_matmul_2n3_flops(monkeypatch):

@@ -126,13 +126,19 @@ def write_text(tmp_path, text):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda d: d / "absent", "no such model directory (and not a preset: qwen2-0.5b"),
+    (lambda d: d / "absent", "no such model directory (and not a preset: qwen2-0.5b, qwen2-1.5b, "),
     (lambda d: d, "no config.json in this directory"),
     (lambda d: write_text(d, "{not json"), "invalid JSON"),
     (lambda d: write(d, [1, 2]), "expected a JSON object at the top level"),
     (lambda d: write(d, {k: v for k, v in QWEN2_0_5B.items() if k != "rope_theta"}),
      "missing rope_theta (top-level or in rope_parameters)"),
-], ids=["no-dir", "no-config", "bad-json", "not-object", "no-rope-theta"])
+    (lambda d: write(d, {**{k: v for k, v in QWEN2_0_5B.items() if k != "rope_theta"},
+                         "rope_scaling": "linear"}),
+     "missing rope_theta (top-level or in rope_parameters)"),
+    (lambda d: write(d, {**QWEN2_0_5B, "head_dim": 32}),
+     "hidden_size 896 != num_attention_heads 14 x head_dim 32"),
+], ids=["no-dir", "no-config", "bad-json", "not-object", "no-rope-theta", "rope-not-a-dict",
+        "head-dim-given"])
 def test_unreadable_model_directories_are_named(tmp_path, make, message):
     path = make(tmp_path)
     with pytest.raises(GraphrtError) as e:
@@ -143,11 +149,20 @@ def test_unreadable_model_directories_are_named(tmp_path, make, message):
 def test_absent_kv_heads_means_multi_head_attention_and_defaults_apply(tmp_path):
     raw = {k: v for k, v in QWEN2_0_5B.items()
            if k not in ("num_key_value_heads", "torch_dtype", "max_position_embeddings",
-                        "rms_norm_eps", "tie_word_embeddings")}
+                        "rms_norm_eps", "tie_word_embeddings", "use_sliding_window")}
     cfg = from_hf_dir(write(tmp_path, raw))
     assert cfg.num_key_value_heads == cfg.num_attention_heads == 14
     assert (cfg.torch_dtype, cfg.max_position_embeddings, cfg.rms_norm_eps) == ("bfloat16", 32768, 1e-6)
     assert (cfg.tie_word_embeddings, cfg.use_sliding_window, cfg.name) == (False, False, tmp_path.name)
+
+
+def test_every_field_given_is_read(tmp_path):
+    raw = {**QWEN2_0_5B, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "head_dim": 64,
+           "tie_word_embeddings": False, "rope_theta": 2e4, "torch_dtype": "float32"}
+    cfg = from_hf_dir(write(tmp_path, raw))
+    assert (cfg.rms_norm_eps, cfg.max_position_embeddings, cfg.head_dim) == (1e-5, 4096, 64)
+    assert (cfg.tie_word_embeddings, cfg.rope_theta, cfg.torch_dtype) == (False, 2e4, "float32")
+    assert from_hf_dir(write(tmp_path, QWEN2_0_5B)).tie_word_embeddings is True
 
 
 def test_rope_theta_may_sit_in_rope_scaling(tmp_path):
