@@ -177,3 +177,16 @@ def test_resolve_tells_presets_from_directories(tmp_path):
     assert path == tmp_path and cfg.hidden_size == 896
     with pytest.raises(GraphrtError, match="unknown model 'qwen9': not a directory, and not a preset"):
         resolve("qwen9")
+
+
+def test_the_hf_dict_is_a_qwen2_config_transformers_reads_back(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    preset = PRESETS["qwen2-0.5b"]
+    d = preset.to_hf_dict()
+    hf = transformers.AutoConfig.for_model(**d)  # picks the class by model_type
+    assert type(hf).__name__ == "Qwen2Config"
+    assert (hf.architectures, hf.hidden_act, hf.attention_dropout) == (["Qwen2ForCausalLM"], "silu", 0.0)
+    assert (hf.num_hidden_layers, hf.num_key_value_heads, hf.tie_word_embeddings) == (24, 2, True)
+    # and graphrt reads the same model back from it
+    back = from_hf_dir(write(tmp_path, d))
+    assert back == ModelConfig(**{**preset.__dict__, "name": tmp_path.name})
