@@ -92,10 +92,13 @@ TINY_FIELDS = dict(vocab_size=8, hidden_size=16, intermediate_size=8, num_hidden
     ({"num_key_value_heads": 0}, "num_key_value_heads must be a positive integer, got 0"),
     ({"head_dim": 8}, "hidden_size 16 != num_attention_heads 4 x head_dim 8"),
     ({"rms_norm_eps": 0.0}, "rms_norm_eps and rope_theta must be positive"),
-    ({"rope_theta": -1.0}, "rms_norm_eps and rope_theta must be positive"),
+    ({"rope_theta": 0.0}, "rms_norm_eps and rope_theta must be positive"),
+    ({"num_attention_heads": 0}, "num_attention_heads must be a positive integer, got 0"),
+    ({"use_sliding_window": True}, "use_sliding_window is true; graphrt supports full attention only "
+                                   "(every released Qwen2 checkpoint sets it false)"),
     ({"torch_dtype": "float64"}, "torch_dtype 'float64' is not one of float32, bfloat16, float16"),
 ], ids=["odd-head-dim", "bool-for-int", "float-for-int", "negative", "zero-positions",
-        "zero-kv-heads", "heads-x-dim", "eps", "theta", "dtype"])
+        "zero-kv-heads", "heads-x-dim", "eps", "theta", "zero-heads", "sliding-window", "dtype"])
 def test_a_config_that_graphrt_cannot_run_is_refused_with_its_problem(change, problem):
     with pytest.raises(GraphrtError) as e:
         ModelConfig("bad", **{**TINY_FIELDS, **change})
