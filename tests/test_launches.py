@@ -21,11 +21,17 @@ from graphrt.opcount import op_names
     ("cuLaunchKernel", "kernel"),
     ("cuLaunchKernelEx", "kernel"),
     ("cuGraphLaunch", "graph"),
+    # ROCm's HIP runtime
+    ("hipLaunchKernel", "kernel"),
+    ("hipModuleLaunchKernel", "kernel"),
+    ("hipExtModuleLaunchKernel", "kernel"),
+    ("hipGraphLaunch", "graph"),
     # calls that put no work on the GPU, or that only copy
     ("cudaGraphInstantiate", None),
     ("cudaStreamBeginCapture", None),
     ("cudaMemcpyAsync", None),
     ("cudaEventRecord", None),
+    ("hipMemcpyAsync", None),
     ("aten::mm", None),
 ])
 def test_launch_kind_of_each_api(api, kind):
