@@ -222,3 +222,21 @@ def test_a_report_is_exported_beside_itself_and_read(recorded):
     assert report_path.with_suffix(".sqlite").is_file()
     assert from_report.source == str(report_path)
     assert from_report.ranges == load_trace(export).ranges
+
+
+@pytest.mark.parametrize("path", [OLD, NEW], ids=["nsys2022.2", "nsys2026.2"])
+def test_a_global_thread_id_holds_the_pid_nsys_lists_for_its_process(path):
+    from graphrt.trace.nsys_sqlite import split_global_tid
+
+    processes = sql(path, "SELECT globalPid, pid FROM PROCESSES")
+    assert processes and all(split_global_tid(global_pid)[0] == pid for global_pid, pid in processes)
+    # pid in bits 24..47, tid in bits 0..23, above them the host's id
+    assert split_global_tid((1 << 56) | (4242 << 24) | 4243) == (4242, 4243)
+
+
+def test_kernels_are_named_by_their_short_name(export):
+    path, trace, _ = export
+    expected = [name for (name,) in sql(
+        path, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+              "ORDER BY k.start")]
+    assert sorted(k.name for k in trace.kernels) == sorted(expected)
