@@ -71,10 +71,13 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     if warning := check_recording():
         click.echo(f"warning: {warning}", err=True)
 
+    def generated(result: runner.RunResult) -> dict:
+        return {mode: gen.tokens for mode, gen in result.generations.items()}
+
     def document(result: runner.RunResult) -> dict:
         doc = report.to_dict(result)
         if tokenizer:
-            text.add_text(doc, tokenizer, {m: gen.tokens for m, gen in result.generations.items()})
+            text.add_text(doc, tokenizer, generated(result))
         return doc
 
     def mode_done(result: runner.RunResult, mode: str) -> None:
@@ -90,8 +93,7 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     for line in report.summary_lines(result):
         click.echo(line)
     if tokenizer:
-        generated = {mode: gen.tokens for mode, gen in result.generations.items()}
-        click.echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated)))
+        click.echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
     if json_path:
         write_json(json_path, document(result))
         click.echo(f"wrote {json_path}")

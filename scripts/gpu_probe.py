@@ -27,20 +27,16 @@ from graphrt.io import write_json
 from graphrt.launches import launch_kind
 from graphrt.runner import RunSpec, load
 from graphrt.trace.chrome import read_chrome_trace
+from graphrt.trace.record import profiler_activities
 
 REPLAYS = 10
-
-
-def _activities(device: torch.device) -> list:
-    cpu = [torch.profiler.ProfilerActivity.CPU]
-    return cpu + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else cpu
 
 
 def replay_extras(graph: GraphBackend, device: torch.device) -> dict:
     """Per replay of the batch-1 graph: launch calls by kind, and the kernels not in the graph."""
     captured, _ = graph.graphs[1]
     with tempfile.TemporaryDirectory() as tmp:
-        with torch.profiler.profile(activities=_activities(device)) as prof:
+        with torch.profiler.profile(activities=profiler_activities(device)) as prof:
             for _ in range(REPLAYS):
                 captured.replay()
             if device.type == "cuda":
@@ -68,7 +64,7 @@ def profiler_tax(backends: list, prompt: torch.Tensor, steps: int, device: torch
 
     medians()  # a round to settle clocks, caches and the allocator, not kept
     before = medians()
-    with torch.profiler.profile(activities=_activities(device)), torch.inference_mode():
+    with torch.profiler.profile(activities=profiler_activities(device)), torch.inference_mode():
         decode(backends[0], prompt, 2, warmup=1, keep_logits=False)
     after = medians()
     return {name: {"before_ms": before[name], "after_ms": after[name],

@@ -42,11 +42,15 @@ def _tests(work: Path) -> dict[str, int] | None:
     return counts
 
 
+def _eager_ms(run: dict) -> float | None:
+    eager = run["modes"].get("eager")
+    return eager["step_ms"]["median"] if eager else None
+
+
 def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
     """One row per mode of a `graphrt run --json`; speedups against its eager mode, or against
     `eager_ms` (a compile-only run set against the batch-1 run's eager)."""
-    if "eager" in run["modes"]:
-        eager_ms = run["modes"]["eager"]["step_ms"]["median"]
+    eager_ms = _eager_ms(run) or eager_ms
     rows = []
     for mode, m in run["modes"].items():
         eq = m.get("equivalence") or {}
@@ -64,11 +68,6 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             "prepare_s": m["prepare_s"], "lint_s": m.get("lint_s"),
         })
     return rows
-
-
-def _eager_ms(run: dict) -> float | None:
-    eager = run["modes"].get("eager")
-    return eager["step_ms"]["median"] if eager else None
 
 
 def _memory(per_bucket: dict[str, dict[str, float]]) -> str:

@@ -113,14 +113,17 @@ class _RecordFunctionSink:
             self._open.pop().__exit__(None, None, None)
 
 
+def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
+    """What torch.profiler records on `device`: CPU ops and calls, and the GPU's work on CUDA."""
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    return cpu + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else cpu
+
+
 @contextlib.contextmanager
 def torch_window(device: torch.device, path: Path) -> Iterator[None]:
     """torch.profiler (CPU, and CUDA on a CUDA device) around the block; its Chrome trace is
     written to `path` when the block ends."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=profiler_activities(device)) as prof:
         with nvtx.record_to(_RecordFunctionSink()), nvtx.nvtx_range(RECORD_RANGE):  # type: ignore[arg-type]
             yield
     prof.export_chrome_trace(str(path))
