@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +33,18 @@ def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_k
     model = hf_reference(config, seed)
     model.save_pretrained(directory, **save_kwargs)
     return model
+
+
+def pytest_collection_modifyitems(items):
+    """Under `make mutate`, a mutant's tests run fastest first: with -x the first failure ends
+    the run, so a killed mutant costs its quickest killing test, not the slowest it selected.
+    mutmut timed every test in its stats run (mutants/mutmut-stats.json; pytest runs there)."""
+    if os.environ.get("MUTANT_UNDER_TEST", "") in ("", "stats", "fail", "list_all_tests"):
+        return
+    stats = Path("mutmut-stats.json")
+    if stats.is_file():
+        seconds = json.loads(stats.read_text())["duration_by_test"]
+        items.sort(key=lambda item: seconds.get(item.nodeid, float("inf")))
 
 
 @pytest.fixture(autouse=True)
