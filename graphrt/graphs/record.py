@@ -57,7 +57,7 @@ class TensorUse:
         if self.origin is Origin.INPUT:
             return f"input {self.ref} of the step"
         if self.origin is Origin.STATIC:
-            return self.name or str(self.ref)
+            return self.ref  # its name
         if self.origin is Origin.MADE:
             return f"the result of op #{self.ref}"
         if self.origin is Origin.PYTHON:
@@ -153,7 +153,7 @@ class OpRecorder(TorchDispatchMode):
         if key in self.inputs:
             return TensorUse(Origin.INPUT, self.inputs[key], *meta)
         if key in self.statics:
-            return TensorUse(Origin.STATIC, self.statics[key], *meta, name=self.statics[key])
+            return TensorUse(Origin.STATIC, self.statics[key], *meta)
         if key in self.made:
             return TensorUse(Origin.MADE, self.made[key], *meta)
         small = t.numel() <= SHOWN_VALUES and t.device.type != "meta"  # meta tensors hold no values

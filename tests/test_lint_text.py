@@ -1,0 +1,139 @@
+"""What a lint report says, word for word: its head line, one indented line per finding, and
+the way values, tensors and runs of ops are shown in a line.
+
+The zoo in test_lint.py checks each finding names its op, module and values; these pin the
+whole text a user reads, for one step of each kind.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from graphrt import nvtx
+from graphrt.graphs import GraphCaptureError, capture, lint_step
+from graphrt.graphs.findings import show_value
+from test_lint import WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
+
+OFFSET = torch.ones(WIDTH)  # a module-level tensor: no module attribute names it
+
+
+def report_text(step, states) -> str:
+    """The report, its timing (the one figure that varies) replaced by `T`."""
+    with torch.inference_mode():
+        text = str(lint_step(step, states))
+    return re.sub(r"\(\d+\.\d\d s\)$", "(T)", text, count=1, flags=re.M)
+
+
+class GlobalOffset(Case):
+    def forward(self, x):
+        return self.proj(x) + OFFSET
+
+
+class ConstantFromPython(Case):
+    def forward(self, x):
+        return self.proj(x) * torch.tensor([2.0])  # the same data every call: nothing to freeze
+
+
+class PositionsFromPython(Case):
+    def forward(self, x, n: int):
+        return x.sum() + torch.tensor([float(i) for i in range(n)]).sum()
+
+
+def branchy(x, flag: bool):
+    if flag:
+        return x.sin().cos().exp().tanh()
+    return x.sigmoid().neg().abs()
+
+
+def branchy_short(x, flag: bool):
+    y = x + 1
+    if flag:
+        return y.sin()
+    return y.neg().abs().exp()
+
+
+def test_a_clean_step_reports_no_findings_in_one_line():
+    assert report_text(Net(ConstantFromPython()).eval(), [(X0,), (X1,)]) == (
+        "lint: no findings over 2 captures of 4 ops (T)")
+
+
+def test_one_finding_is_the_head_line_and_one_indented_line():
+    assert report_text(Net(IntPosition()).eval(), [(X0, 5), (X1, 6)]) == (
+        "lint: 1 finding over 2 captures of 5 ops (T)\n"
+        "  aten.select.int in body (IntPosition): argument index is 5 in capture 1 and 6 in "
+        "capture 2: a Python value read at capture; replay uses 5 forever; pass it in a static "
+        "input tensor")
+
+
+def test_a_tensor_attribute_is_named_with_its_dtype_shape_and_device():
+    outside = ("body.host_position, a plain tensor attribute (int64 [1] on cpu), neither a static "
+               "input nor made inside the step: replay uses it where it lies and sees no update made "
+               "outside the step; register it as a buffer or pass it in as an input")
+    assert report_text(Net(HostCounter()).eval(), [(X0,), (X1,)]) == (
+        "lint: 2 findings over 2 captures of 5 ops (T)\n"
+        f"  aten.add_.Tensor in body (HostCounter): argument self is {outside}\n"
+        f"  aten.copy_.default in body (HostCounter): argument src is {outside}")
+
+
+def test_a_tensor_no_attribute_holds_is_a_tensor_of_its_dtype_and_shape():
+    assert report_text(Net(GlobalOffset()).eval(), [(X0,), (X1,)]).splitlines()[1] == (
+        "  aten.add.Tensor in body (GlobalOffset): argument other is a tensor (float32 [8] on cpu), "
+        "neither a static input nor made inside the step: replay uses it where it lies and sees no "
+        "update made outside the step; register it as a buffer or pass it in as an input")
+
+
+def test_a_random_op_in_a_module_in_eval_mode_does_not_blame_training_mode():
+    text = report_text(Net(RandomNoise()).eval(), [(X0,), (X1,)])
+    assert "aten.randn_like.default in body (RandomNoise): random ops are not supported" in text
+    assert "so the step cannot be checked against eager" in text
+    assert "training mode" not in text
+
+
+def test_runs_of_ops_show_their_count_and_at_most_three_names():
+    assert report_text(branchy, [(X0, True), (X1, False)]).splitlines()[1] == (
+        "  aten.sin.default in the step, outside any module: capture 1 runs 4 ops (aten.sin.default, "
+        "aten.cos.default, aten.exp.default, …) where capture 2 runs 3 ops (aten.sigmoid.default, "
+        "aten.neg.default, aten.abs.default): Python control flow on a value that changed; replay "
+        "always runs capture 1's ops")
+    assert "capture 1 runs 1 op (aten.sin.default) where capture 2 runs 3 ops (aten.neg.default, " \
+           "aten.abs.default, aten.exp.default):" in report_text(branchy_short, [(X0, True), (X1, False)])
+
+
+def test_a_python_tensor_too_large_to_show_is_compared_by_shape():
+    # 20 values are more than a finding shows (SHOWN_VALUES): that capture's tensor is its shape
+    lines = report_text(Net(PositionsFromPython()).eval(), [(X0, 20), (X1, 8)]).splitlines()
+    assert any(line.startswith("  aten.sum.default in body (PositionsFromPython): argument self is a "
+                               "tensor built from Python data in the step (torch.tensor), float32 [20] "
+                               "in capture 1 and [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0] in capture 2")
+               for line in lines), lines
+
+
+@pytest.mark.parametrize("length, shown", [
+    (58, "'" + "x" * 58 + "'"),  # a repr of 60 characters is shown whole
+    (59, "'" + "x" * 56 + "..."),  # one more is cut to 57 and marked: 60 again
+])
+def test_a_long_value_is_cut_to_sixty_characters(length, shown):
+    assert show_value("x" * length) == shown
+
+
+def test_a_tape_refusal_names_the_innermost_of_the_open_ranges():
+    model = Net(Net(BranchOnData())).eval()  # ranges: the model, body, body.body
+    with torch.inference_mode(), nvtx.attach(model), pytest.raises(GraphCaptureError) as info:
+        capture(lambda: model(X0, torch.tensor([3])), device="cpu", warmup=0)
+    assert str(info.value).startswith("aten.is_nonzero.default in body.body (BranchOnData):")
+
+
+class ReadsBack(Case):
+    def forward(self, x):
+        first = self.cache.sum(1).tolist()[0]  # never reaches the dispatcher: no aten op to see
+        return self.proj(x) + first
+
+
+def test_a_read_to_the_host_outside_the_dispatcher_is_a_refusal_in_its_module():
+    assert report_text(Net(ReadsBack()).eval(), [(X0,), (X1,)]) == (
+        "lint: 1 finding over 2 captures of 6 ops (T)\n"
+        "  Tensor.tolist in body (ReadsBack): operation not permitted while capturing (a host sync: "
+        ".item(), .tolist(), int(tensor)); keep step inputs as device tensors")
