@@ -45,7 +45,7 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 def classify(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> OpKind:
     """Kind of one dispatched op, given its arguments and the result it just produced."""
-    if func.is_view or torch.Tag.inplace_view in func.tags:
+    if torch.Tag.inplace_view in func.tags:
         return OpKind.VIEW
     if func._schema.is_mutable:
         return OpKind.MUTATE
@@ -53,8 +53,9 @@ def classify(func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -
         return OpKind.ALLOC
     results = _tensors(out)
     if results:
-        # Ops like `_unsafe_view` are not declared as views but still return an alias of
-        # their input; their result follows the input's memory exactly like a view does.
+        # A view is an op whose result lies in its input's memory, whatever its schema says:
+        # `_unsafe_view` is not declared a view but aliases; `to.dtype` is declared one (it
+        # *may* alias) but returns new memory whenever it converts (bf16 -> fp32).
         inputs = {storage_key(t) for t in _tensors((args, kwargs))}
         if all(storage_key(t) in inputs for t in results):
             return OpKind.VIEW

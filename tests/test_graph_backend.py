@@ -55,6 +55,16 @@ def test_replay_is_bitwise_eager(tiny, batch):
 
 
 @GRAPH_BACKENDS
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_half_precision_replay_is_bitwise_eager(backend_class, dtype):
+    # RMSNorm converts to fp32 and back: in half precision those are ops a replay must re-run
+    model = build_model(PRESETS["tiny"], CPU, dtype, seed=0)
+    eager, graph, _ = decode_both(model, 2, steps=8, backend_class=backend_class)
+    assert torch.equal(eager.tokens, graph.tokens)
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
+
+
+@GRAPH_BACKENDS
 def test_padded_batch_generates_the_same_tokens(tiny, backend_class):
     # batch 3 replays the bucket-4 graph. Its logits equal eager's to float32 rounding, not
     # bitwise: the matmuls run with M=4 instead of 3, and CPU BLAS picks kernels by shape.

@@ -273,6 +273,25 @@ def test_tape_length_equals_the_op_count_of_an_eager_step() -> None:
     assert not any(name.startswith(("aten.view.", "aten.t.", "aten.expand.")) for name in eager)
 
 
+def test_a_dtype_conversion_is_an_op_only_where_it_makes_new_memory() -> None:
+    # Under inference mode (as a decode step runs) `x.float()` reaches the dispatcher as
+    # `to.dtype`, declared a view because it may return its input: it is one only where it does.
+    half = torch.randn(2, 8, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert op_names(lambda: half.float()) == ["aten.to.dtype"]
+        assert op_names(lambda: half.float().float()) == ["aten.to.dtype"]
+        assert op_names(lambda: half.bfloat16()) == []
+
+
+def test_a_dtype_conversion_is_replayed_not_frozen() -> None:
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        graph, out = capture(lambda: (x.float() * 2).to(torch.bfloat16), device="cpu")
+        x.copy_(torch.randn(2, 8, dtype=torch.bfloat16))
+        graph.replay()
+        assert torch.equal(out, (x.float() * 2).to(torch.bfloat16))
+
+
 def test_memory_counts_each_storage_the_capture_allocated_once() -> None:
     weight = torch.randn(8, 8)
     x = torch.randn(2, 8)
