@@ -84,7 +84,8 @@ class CpuOp:
 
 @dataclass
 class Trace:
-    """Everything one trace file holds that graphrt uses.
+    """Everything one trace file holds that graphrt uses; each list in start order (the
+    readers sort them).
 
     `kind` is "nsys" or "chrome"; `source` the file it was read from; `meta` what the file says
     about its maker (e.g. {"nsys_version": "2022.4.2.1", "schema": "3.0.0"}).
