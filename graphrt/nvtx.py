@@ -371,18 +371,44 @@ def record_to(events: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
         _push, _pop = inner_push, inner_pop
 
 
-class _StackSink:
-    """A `record_to` sink that keeps only the ranges open now, outermost first."""
+Scope = Callable[[tuple[str, ...]], contextlib.AbstractContextManager[Any]]
 
-    def __init__(self) -> None:
+
+class _ScopeSink:
+    """A `record_to` sink that mirrors graphrt's ranges into other scopes: at each push it enters
+    `open_scope(stack)` (the ranges open now, outermost first, the pushed one last), at each pop
+    it exits the innermost scope it entered. Pops of ranges opened before it are ignored."""
+
+    def __init__(self, open_scope: Scope) -> None:
         self.stack: list[str] = []
+        self._open_scope = open_scope
+        self._entered: list[contextlib.AbstractContextManager[Any]] = []
 
     def append(self, event: tuple[str, str]) -> None:
         kind, name = event
         if kind == "push":
             self.stack.append(name)
+            scope = self._open_scope(tuple(self.stack))
+            scope.__enter__()
+            self._entered.append(scope)
         elif self.stack:
             self.stack.pop()
+            self._entered.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def mirror_ranges(open_scope: Scope) -> Iterator[list[str]]:
+    """While open, every graphrt range opened inside the block also opens `open_scope(stack)`,
+    closed when the range closes: `stack` is the tuple of ranges then open, outermost first,
+    itself last. Yields the list of ranges open at each moment (see `open_ranges`).
+
+    This is how a range becomes a torch.profiler `record_function` (graphrt.trace.record) or a
+    CUDA graph-node annotation (graphrt.graphs.annotate). A scope should not raise: it runs
+    inside the module whose range opened it.
+    """
+    sink = _ScopeSink(open_scope)
+    with record_to(sink):  # type: ignore[arg-type]
+        yield sink.stack
 
 
 @contextlib.contextmanager
@@ -394,9 +420,8 @@ def open_ranges() -> Iterator[list[str]]:
     The list changes as ranges open and close; copy it (`tuple(stack)`) to keep a moment. This is
     how a capture knows the module each op was issued in, which a replay cannot tell.
     """
-    sink = _StackSink()
-    with record_to(sink):  # type: ignore[arg-type]
-        yield sink.stack
+    with mirror_ranges(lambda stack: _NO_RANGE) as stack:
+        yield stack
 
 
 # ---------------------------------------------------------------------------------------------

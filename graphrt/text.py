@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from graphrt.config import PRESETS
-from graphrt.errors import GraphrtError
+from graphrt.errors import GraphrtError, first_line
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -37,8 +37,7 @@ def load_tokenizer(model: str) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception for any malformed file
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GraphrtError(f"{path}: not a tokenizer the tokenizers library reads ({first_line})") from None
+        raise GraphrtError(f"{path}: not a tokenizer the tokenizers library reads ({first_line(e)})") from None
 
 
 def encode_rows(tokenizer: Tokenizer, prompts: tuple[str, ...] | list[str], batch: int

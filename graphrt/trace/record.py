@@ -96,23 +96,6 @@ def nsys_window(device: torch.device) -> Iterator[None]:
             torch.cuda.profiler.stop()
 
 
-class _RecordFunctionSink:
-    """Takes the events `graphrt.nvtx.record_to` appends and opens a torch.profiler
-    `record_function` range on each ("push", name), closing the innermost on each pop."""
-
-    def __init__(self) -> None:
-        self._open: list[torch.profiler.record_function] = []
-
-    def append(self, event: tuple[str, str]) -> None:
-        kind, name = event
-        if kind == "push":
-            annotation = torch.profiler.record_function(name)
-            annotation.__enter__()
-            self._open.append(annotation)
-        elif self._open:
-            self._open.pop().__exit__(None, None, None)
-
-
 def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
     """What torch.profiler records on `device`: CPU ops and calls, and the GPU's work on CUDA."""
     cpu = [torch.profiler.ProfilerActivity.CPU]
@@ -124,7 +107,9 @@ def torch_window(device: torch.device, path: Path) -> Iterator[None]:
     """torch.profiler (CPU, and CUDA on a CUDA device) around the block; its Chrome trace is
     written to `path` when the block ends."""
     with torch.profiler.profile(activities=profiler_activities(device)) as prof:
-        with nvtx.record_to(_RecordFunctionSink()), nvtx.nvtx_range(RECORD_RANGE):  # type: ignore[arg-type]
+        # each graphrt range also a record_function of its name, so the trace holds the ranges
+        with nvtx.mirror_ranges(lambda stack: torch.profiler.record_function(stack[-1])), \
+                nvtx.nvtx_range(RECORD_RANGE):
             yield
     prof.export_chrome_trace(str(path))
 
