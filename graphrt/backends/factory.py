@@ -27,9 +27,10 @@ def expand_modes(mode: str) -> tuple[str, ...]:
 
 
 def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
-                 lint: bool = True) -> Backend:
+                 lint: bool = True, annotate: bool = False) -> Backend:
+    """`annotate`: a graph backend also records graph-node annotations (GraphBackend)."""
     if mode == "graph":
-        return GraphBackend(model, buckets, lint)
+        return GraphBackend(model, buckets, lint, annotate)
     if mode == "piecewise":
         return PiecewiseBackend(model, buckets, lint)
     if mode == "compile":

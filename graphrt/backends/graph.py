@@ -68,16 +68,19 @@ class GraphBackend(Backend):
     bucket, and its pad rows write only into KV-cache rows no live sequence uses (rows B and up).
     A batch above the largest bucket is an error, not a silent fall-back to eager: a figure
     labelled "graph" is always a graph's. Before the first capture the step is linted
-    (`lint_decode`); a finding is a GraphCaptureError, unless `lint` is off.
+    (`lint_decode`); a finding is a GraphCaptureError, unless `lint` is off. With `annotate`, a
+    CUDA capture also records the ranges open at each graph node's capture where the machine
+    can (`CudaGraph.node_ranges`); off by default, as it adds to the capture time.
     """
 
     name = "graph"
 
     def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
-                 lint: bool = True):
+                 lint: bool = True, annotate: bool = False):
         super().__init__(model)
         self.requested = buckets
         self.lint = lint
+        self.annotate = annotate
         self.buckets: tuple[int, ...] = ()
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
         self.kind = graph_kind(model.lm_head.weight.device)
@@ -141,7 +144,7 @@ class GraphBackend(Backend):
 
     def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
         self.graphs[bs] = capture(lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
-                                  device=pool.device, pool=pool)
+                                  device=pool.device, pool=pool, annotate=self.annotate)
 
     def _bucket_graphs(self, bs: int) -> tuple[Graph, ...]:
         """The graphs bucket `bs` captured."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
 
+from graphrt.errors import first_line
+from graphrt.graphs.annotate import NOT_REQUESTED, NodeAnnotations, NodeRanges
 from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
 from graphrt.graphs.tape import CaptureMode
 
@@ -28,19 +30,20 @@ class CudaGraph:
     # Drop of the device's free memory (`torch.cuda.mem_get_info`) over warmup and capture: the
     # pool plus what lives outside the allocator (cuBLAS workspaces, the graph's own buffers).
     device_bytes: int
+    # Per kernel (and memcpy) node, by its toolsId (what a profiler calls its graph node id): the
+    # graphrt ranges open when it was captured, outermost first (graphrt.graphs.annotate).
+    node_ranges: NodeRanges = field(default_factory=dict)
+    node_ranges_missing: str | None = NOT_REQUESTED  # why node_ranges is empty; None when recorded
 
     def replay(self) -> None:
         self.graph.replay()
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def capture_cuda(
-    fn: Callable[[], T], device: torch.device, pool: GraphPool | None, warmup: int
+    fn: Callable[[], T], device: torch.device, pool: GraphPool | None, warmup: int, annotate: bool = False
 ) -> tuple[CudaGraph, T]:
+    """Warm up and capture `fn` (see graphrt.graphs.capture); with `annotate`, also record the
+    ranges open at each node's capture where the machine can (`CudaGraph.node_ranges`)."""
     with torch.cuda.device(device):
         free_before, _ = torch.cuda.mem_get_info(device)
         # Warm up and capture on one side stream (the pool's, shared by all its captures), so
@@ -61,23 +64,26 @@ def capture_cuda(
         reserved_before = torch.cuda.memory_reserved(device)
         graph = torch.cuda.CUDAGraph()
         guard = CaptureMode(record=False, allow_random=True)
+        annotations = NodeAnnotations(requested=annotate)
         try:
             with torch.cuda.graph(graph, pool=None if pool is None else pool.handle, stream=side):
-                with HostReadGuard(), guard:
+                with HostReadGuard(), guard, annotations.capturing():
                     out = fn()
         except RuntimeError as error:
+            annotations.discard()
             # Our refusal can surface as CUDA's own error: ending an invalidated capture
             # raises, and so does a sync after a step that swallowed our exception.
             if guard.refused is not None:
                 raise guard.refused from error
-            raise GraphCaptureError(f"CUDA graph capture failed: {_first_line(error)}") from error
+            raise GraphCaptureError(f"CUDA graph capture failed: {first_line(error)}") from error
         finally:
             # When `capture_end` raises, torch.cuda.graph never restores the stream it made
             # current: put the caller's back, or every later op would queue on the side stream.
             torch.cuda.set_stream(caller)
+        node_ranges = annotations.finish(graph)
         if guard.refused is not None:
             raise guard.refused
         torch.cuda.synchronize(device)
         memory = torch.cuda.memory_reserved(device) - reserved_before
         free_after, _ = torch.cuda.mem_get_info(device)
-    return CudaGraph(graph, device, memory, free_before - free_after), out
+    return CudaGraph(graph, device, memory, free_before - free_after, node_ranges, annotations.reason), out
