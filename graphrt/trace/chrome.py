@@ -8,7 +8,8 @@ graphrt uses; by category (`cat`):
 - `cpu_op`: an aten operator on a CPU thread -> `CpuOp` (on a CPU build of torch, the only
   record of the work a step did);
 - `cuda_runtime` / `cuda_driver`: `cudaLaunchKernel`, `cudaGraphLaunch`, ... -> `ApiCall`;
-- `kernel`: a kernel on the GPU -> `Kernel`, linked to its launching call by `args.correlation`.
+- `kernel`: a kernel on the GPU -> `Kernel`, linked to its launching call by `args.correlation`;
+  a replayed graph node's carries `args["graph node id"]` (0 for a kernel launched on its own).
 
 `gpu_user_annotation` events are the same `record_function` ranges drawn again on the GPU's
 timeline; they are not read, or every range would count twice.
@@ -108,7 +109,8 @@ def read_chrome_trace(path: str | Path) -> Trace:
             trace.kernels.append(Kernel(
                 name, start, end, device=int(args.get("device", 0)),
                 stream=int(args["stream"]) if "stream" in args else None, correlation_id=correlation,
-                launch=launch_index(trace.api_calls, by_correlation, correlation, start)))
+                launch=launch_index(trace.api_calls, by_correlation, correlation, start),
+                graph_node_id=int(args.get("graph node id") or 0) or None))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise GraphrtError(f"{path}: a Chrome-trace event lacks a usable field ({e!r}); expected "
                            "name, ts and dur on every complete ('X') event") from None

@@ -54,6 +54,8 @@ class Kernel:
     `launch` is the index in `Trace.api_calls` of the runtime call that launched it (a
     `cudaLaunchKernel*` or, for a replayed graph node, the `cudaGraphLaunch`), or None when the
     trace holds no such call. Each reader fills it by its own format's correlation rule.
+    `graph_node_id` is the graph node it was replayed from, as CUPTI numbers it (the node's
+    toolsId: exec graph id << 32 | node id), None for a kernel launched on its own.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Kernel:
     correlation_id: int
     launch: int | None = None
     graph_id: int | None = None
+    graph_node_id: int | None = None
 
     @property
     def duration_ns(self) -> int:

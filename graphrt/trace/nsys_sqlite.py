@@ -5,7 +5,8 @@ The export's schema changes between Nsight Systems releases (2022.2 writes schem
 tables with no rows may be left out), so every query is built from what `sqlite_master` and
 `PRAGMA table_info` say is there. What is read:
 
-- kernels (`CUPTI_ACTIVITY_KIND_KERNEL`), names through `StringIds`;
+- kernels (`CUPTI_ACTIVITY_KIND_KERNEL`), names through `StringIds`; a replayed graph node's
+  `graphNodeId` where the column is there (NULL for a kernel launched on its own);
 - CUDA runtime calls (`CUPTI_ACTIVITY_KIND_RUNTIME`), names without their `_vNNNN` suffix. Only
   `eventClass` 0/1 rows are kept: some releases also write a second row per call (class 67)
   with the same correlation id, which would count every call twice;
@@ -123,7 +124,7 @@ def _kernels(schema: _Schema, api_calls: list[ApiCall]) -> list[Kernel]:
     names = [c for c in ("shortName", "demangledName") if c in cols]
     joins = "".join(f" LEFT JOIN StringIds s{i} ON s{i}.id = k.{c}" for i, c in enumerate(names))
     name_expr = f"COALESCE({', '.join(f's{i}.value' for i in range(len(names)))}, '?')" if names else "'?'"
-    extra = ", ".join(f"k.{c}" if c in cols else "NULL" for c in ("streamId", "globalPid", "graphId"))
+    extra = ", ".join(f"k.{c}" if c in cols else "NULL" for c in ("streamId", "globalPid", "graphId", "graphNodeId"))
     rows = schema.db.execute(
         f"SELECT {name_expr}, k.start, k.end, k.deviceId, k.correlationId, {extra} "
         f"FROM {table} k{joins} ORDER BY k.start")
@@ -131,10 +132,10 @@ def _kernels(schema: _Schema, api_calls: list[ApiCall]) -> list[Kernel]:
     # the earliest call keeps it
     by_key = {(c.pid, c.correlation_id): i for i, c in reversed(list(enumerate(api_calls)))}
     kernels = []
-    for name, start, end, device, correlation, stream, global_pid, graph_id in rows:
+    for name, start, end, device, correlation, stream, global_pid, graph_id, node_id in rows:
         pid = split_global_tid(global_pid)[0] if global_pid is not None else None
         launch = launch_index(api_calls, by_key, (pid, correlation), start)
-        kernels.append(Kernel(name, start, end, device, stream, correlation, launch, graph_id))
+        kernels.append(Kernel(name, start, end, device, stream, correlation, launch, graph_id, node_id or None))
     return kernels
 
 

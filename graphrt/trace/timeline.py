@@ -44,6 +44,7 @@ class Work:
     launch: int | None  # index into StepTimeline.launches of the call that launched it
     stack: tuple[str, ...]
     home: int | None
+    node: int | None = None  # the graph node a replayed kernel came from (Kernel.graph_node_id)
 
     @property
     def duration_ns(self) -> int:
@@ -99,7 +100,7 @@ def _timeline(trace: Trace, att: Membership, r: int | None) -> StepTimeline:
         for i in kernels_of:
             k = trace.kernels[i]
             stack, home = _stack(trace, att, att.kernel_home[i], r)
-            work.append(Work(k.name, k.start_ns, k.end_ns, local.get(k.launch), stack, home))
+            work.append(Work(k.name, k.start_ns, k.end_ns, local.get(k.launch), stack, home, k.graph_node_id))
     else:
         unit = "op"
         for i in ops_of:
