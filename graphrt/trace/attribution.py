@@ -18,11 +18,13 @@ Two rules keep an attribution from ever being a wrong module:
 
 The same carries a capture's own records over to a replay: a TapeGraph keeps the ranges open
 at every entry (`TapeGraph.op_ranges`), which makes it the ground truth the tests hold this to.
+Where a CUDA capture annotated its graph nodes (`CudaGraph.node_ranges`) and the trace gives each
+replayed kernel its node, no alignment is needed: `look_up` reads each kernel's stack off its node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 MATCHED, BETWEEN, UNATTRIBUTED = "matched", "between", "unattributed"
@@ -119,3 +121,11 @@ def carry_over(reference: Sequence[Hashable], stacks: Sequence[tuple[str, ...]],
         if prev is not None and after is not None and calls[prev] is not None and calls[prev] == calls[after]:
             result[j], how[j] = tuple(stacks[prev]), BETWEEN
     return Attribution(result, how)
+
+
+def look_up(nodes: Mapping[int, tuple[str, ...]], node_ids: Sequence[int | None]) -> Attribution:
+    """Attribute each item by the graph node it was replayed from, from the stacks recorded per
+    node at capture: exact, with nothing guessed. An item with no node, or with one `nodes` does
+    not hold, is unattributed."""
+    stacks = [None if node is None else nodes.get(node) for node in node_ids]
+    return Attribution(stacks, [UNATTRIBUTED if s is None else MATCHED for s in stacks])

@@ -18,7 +18,7 @@ from graphrt.trace import load_trace
 from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.membership import Membership
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
-from graphrt.trace.modules import Captured, replay_modules
+from graphrt.trace.modules import CaptureRecords, replay_modules
 from graphrt.trace.names import is_replay
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
@@ -61,18 +61,53 @@ def _analyse(path: Path) -> _Analysed:
                      None if timelines else whole_trace(trace, membership))
 
 
-def _captured_ops(trace_file: Path) -> Captured:
-    """What the capture of a graph recorded of each op's ranges, where the trace came from
-    `graphrt trace` on a TapeGraph: summary.json beside it holds it (graphrt.trace.record)."""
+def _range_names(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValueError(f"{value!r} is not a list of range names")
+    return tuple(value)
+
+
+def _op_entries(entries: list) -> list[tuple[str, tuple[str, ...]]]:
+    read = []
+    for name, stack in entries:
+        if not isinstance(name, str):
+            raise ValueError(f"{name!r} is not an op name")
+        read.append((name, _range_names(stack)))
+    return read
+
+
+def _node_stacks(nodes: dict) -> dict[int, tuple[str, ...]]:
+    return {int(node): _range_names(stack) for node, stack in nodes.items()}
+
+
+# what each record holds per replay step, as graphrt.trace.record.RecordedMode writes it
+_RECORDS = {"captured_ops": (_op_entries, "a list of [op name, [range names]]"),
+            "node_ranges": (_node_stacks, "{graph node id: [range names]}")}
+
+
+def _capture_records(trace_file: Path) -> CaptureRecords:
+    """What the captures of the graphs recorded of their ranges, where the trace came from
+    `graphrt trace`: summary.json beside it holds it (graphrt.trace.record.RecordedMode)."""
     summary = trace_file.parent / "summary.json"
     if not summary.is_file():
-        return {}
+        return CaptureRecords()
     try:
-        modes = json.loads(summary.read_text()).get("modes", {})
-        return {step: [(name, list(stack)) for name, stack in entries]
-                for mode in modes.values() for step, entries in mode.get("captured_ops", {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise GraphrtError(f"{summary}: not a summary graphrt trace wrote (modes.*.captured_ops: {e})") from None
+        data = json.loads(summary.read_text())
+    except (OSError, ValueError) as e:
+        raise GraphrtError(f"{summary}: not a summary graphrt trace wrote ({e})") from None
+    modes = data.get("modes", {}) if isinstance(data, dict) else None
+    if not isinstance(modes, dict):
+        raise GraphrtError(f"{summary}: not a summary graphrt trace wrote (expected a JSON object "
+                           "whose 'modes' is an object)")
+    read: dict[str, dict] = {key: {} for key in _RECORDS}
+    for mode, facts in modes.items():
+        for key, (parse, expected) in _RECORDS.items():
+            try:
+                read[key].update({step: parse(value) for step, value in facts.get(key, {}).items()})
+            except (ValueError, AttributeError, TypeError) as e:
+                raise GraphrtError(f"{summary}: modes.{mode}.{key} is not what graphrt trace writes "
+                                   f"(per replay step, {expected}): {e}") from None
+    return CaptureRecords(read["captured_ops"], read["node_ranges"])
 
 
 @click.command()
@@ -110,7 +145,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         click.echo(format_comparison(comparison))
     several = len(files) > 1
     modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)],
-                             [_captured_ops(p) for p in files])
+                             [_capture_records(p) for p in files])
     for found in modules:
         click.echo()
         click.echo(format_replay_modules(found, top=top))

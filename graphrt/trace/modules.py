@@ -2,9 +2,11 @@
 
     found = replay_modules(timelines)   # timelines: StepTimelines of one or more traces
 
-Each replayed kernel (or op, in a CPU trace) is given the module it belongs to by carrying the
-eager step's module stacks over (graphrt.trace.attribution). Then per module kind and per module
-name, in both modes, per step (the mean over the group's steps):
+Each replayed kernel (or op, in a CPU trace) is given the module it belongs to by the best record
+there is (graphrt.trace.attribution): on a CPU, the tape's own record of each op's ranges; on
+CUDA, the graph-node annotations of the capture, looked up by each kernel's graph node id; else
+the eager step's module stacks, carried over by aligning the two kernel sequences. Then per module
+kind and per module name, in both modes, per step (the mean over the group's steps):
 
 - `work`: kernels (ops) issued inside the module;
 - `busy_ns`: their summed duration (GPU time; CPU time for ops);
@@ -20,12 +22,12 @@ in no module are "(no module)", replayed items that could not be attributed "(un
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphrt.nvtx import KINDS
 from graphrt.trace.analyze import range_kind
-from graphrt.trace.attribution import Attribution, carry_over
+from graphrt.trace.attribution import Attribution, carry_over, look_up
 from graphrt.trace.names import is_replay
 from graphrt.trace.timeline import StepTimeline
 
@@ -142,22 +144,39 @@ class Reference:
         return cls([name for name, _ in entries], stacks, list(stacks),
                    "the capture's own records of each op's ranges (TapeGraph.op_ranges)")
 
+    def attribute(self, steps: Sequence[StepTimeline]) -> list[Attribution]:
+        done: dict[tuple[str, ...], Attribution] = {}  # replays of one graph repeat one sequence
+        for step in steps:
+            key = tuple(step.names)
+            if key not in done:
+                done[key] = carry_over(self.names, self.stacks, self.calls, step.names)
+        return [done[tuple(step.names)] for step in steps]
 
-def _attribute(reference: Reference, steps: Sequence[StepTimeline]) -> list[Attribution]:
-    done: dict[tuple[str, ...], Attribution] = {}  # replays of one graph repeat one sequence
-    for step in steps:
-        key = tuple(step.names)
-        if key not in done:
-            done[key] = carry_over(reference.names, reference.stacks, reference.calls, step.names)
-    return [done[tuple(step.names)] for step in steps]
+
+@dataclass(frozen=True)
+class NodeLookup:
+    """Replayed kernels attributed by their graph node id, from the ranges the capture recorded
+    per node (CudaGraph.node_ranges): exact, and a kernel whose node it lacks is unattributed."""
+
+    nodes: Mapping[int, tuple[str, ...]]
+    method: str = ("the graph-node annotations recorded at capture (torch.cuda._graph_annotations), "
+                   "looked up by each kernel's graph node id")
+
+    def knows(self, step: StepTimeline) -> bool:
+        """Does it hold the node of any of `step`'s kernels (is it this graph's)?"""
+        return any(w.node in self.nodes for w in step.work)
+
+    def attribute(self, steps: Sequence[StepTimeline]) -> list[Attribution]:
+        return [look_up(self.nodes, [w.node for w in step.work]) for step in steps]
 
 
 def compare_modules(eager: Sequence[StepTimeline], replay: Sequence[StepTimeline],
-                    eager_label: str, replay_label: str, reference: Reference | None = None) -> ReplayModules:
+                    eager_label: str, replay_label: str,
+                    reference: Reference | NodeLookup | None = None) -> ReplayModules:
     """The replayed steps' work attributed from `reference` (by default the first eager step),
     and both modes' time per module kind and module name (eager's zero without eager steps)."""
     reference = reference or Reference.of_eager(eager[0])
-    attributions = _attribute(reference, replay)
+    attributions = reference.attribute(replay)
     kinds: dict[str, ModuleTime] = {k: ModuleTime(k) for k in KIND_ORDER}
     names: dict[str, ModuleTime] = defaultdict(lambda: ModuleTime(""))
     if eager:
@@ -172,16 +191,31 @@ def compare_modules(eager: Sequence[StepTimeline], replay: Sequence[StepTimeline
         by_name=sorted(names.values(), key=lambda r: (-r.eager.total_ns, -r.replay.total_ns, r.key)))
 
 
-Captured = dict[str, Sequence[tuple[str, Sequence[str]]]]  # replay step name -> captured entries
+@dataclass(frozen=True)
+class CaptureRecords:
+    """What one trace's captures recorded of their ranges, by the replay step that replays them
+    (`graphrt trace` keeps it in summary.json beside the trace)."""
+
+    ops: Mapping[str, Sequence[tuple[str, Sequence[str]]]] = field(default_factory=dict)  # TapeGraph: per entry
+    nodes: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)  # CUDA graph: per node
+
+    def reference(self, step: StepTimeline) -> Reference | NodeLookup | None:
+        """The record that attributes `step`'s work, if any: for kernels, node annotations that
+        hold its kernels' nodes; for ops, the tape's per-entry records."""
+        if step.unit == "kernel":
+            lookup = NodeLookup(self.nodes[step.group]) if step.group in self.nodes else None
+            return lookup if lookup is not None and lookup.knows(step) else None
+        entries = self.ops.get(step.group)
+        return Reference.of_capture(entries) if entries else None
 
 
 def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]],
-                   captured: Sequence[Captured] = ()) -> list[ReplayModules]:
+                   captured: Sequence[CaptureRecords] = ()) -> list[ReplayModules]:
     """For every replay step group in the traces (label, timelines), set against the first
     `decode_step[eager]` group with the same unit of work (a compiled or piecewise step fires
-    no module range for all of its work, so it cannot stand in for eager). A replay whose capture left its own
-    records (`captured[i]` for trace i, CPU op traces only) is attributed from those, exactly;
-    the others from the eager step, and not at all without one."""
+    no module range for all of its work, so it cannot stand in for eager). A replay whose capture
+    left records of its own (`captured[i]` for trace i) is attributed from those, exactly; the
+    others by aligning them with the eager step, and not at all without one."""
     groups: dict[tuple[int, str], list[StepTimeline]] = {}
     for n, (_, timelines) in enumerate(labelled):
         for t in timelines:
@@ -192,7 +226,7 @@ def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]],
         if not is_replay(group) or not steps[0].work:
             continue
         matching = [(k, s) for k, s in eager if s[0].unit == steps[0].unit and s[0].work]
-        records = captured[n].get(group) if n < len(captured) and steps[0].unit == "op" else None
+        records = captured[n].reference(steps[0]) if n < len(captured) else None
         if not matching and not records:
             continue
         if matching:
@@ -200,8 +234,7 @@ def replay_modules(labelled: Sequence[tuple[str, Sequence[StepTimeline]]],
             eager_label = _label(labelled[m][0], eager_group)
         else:
             eager_steps, eager_label = [], "no eager step"
-        found.append(compare_modules(eager_steps, steps, eager_label, _label(labelled[n][0], group),
-                                     Reference.of_capture(records) if records else None))
+        found.append(compare_modules(eager_steps, steps, eager_label, _label(labelled[n][0], group), records))
     return found
 
 

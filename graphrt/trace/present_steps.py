@@ -69,10 +69,11 @@ def format_replay_modules(found: ReplayModules, top: int = 15) -> str:
     how = found.how
     what = "kernels" if found.unit == "kernel" else "ops"
     against = f" against {found.eager}" if found.eager_steps else " (no eager step to set it against)"
+    # "between" only arises from an alignment; a lookup by graph node finds or does not
+    between = f"{how['between']:,} lying inside one module call between matched ones, " if how["between"] else ""
     head = (f"{found.replay}{against}, module by module (per step): {found.share:.1%} of "
             f"{found.items:,} replayed {what} attributed ({how['matched']:,} by {found.method}, "
-            f"{how['between']:,} lying inside one module call between matched ones, "
-            f"{how['unattributed']:,} unattributed)")
+            f"{between}{how['unattributed']:,} unattributed)")
     names = found.by_name[:top]
     title = "by module" + (f" (top {top} by eager time of {len(found.by_name)})" if len(found.by_name) > top else "")
     return "\n".join([head, "by module kind", _module_rows(found.by_kind, found.unit), "",

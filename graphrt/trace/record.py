@@ -31,7 +31,7 @@ from graphrt.backends.graph import GraphBackend
 from graphrt.config import ModelConfig
 from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
-from graphrt.graphs import TapeGraph
+from graphrt.graphs import CudaGraph, TapeGraph
 from graphrt.launches import StepLaunches
 from graphrt.model import Qwen2ForCausalLM, greedy
 from graphrt.runner import RunSpec
@@ -60,6 +60,10 @@ class RecordedMode:
     # entry, its op as torch.profiler names it and the ranges open when it was captured
     # (TapeGraph.op_ranges), so analyze can attribute the replay's ops exactly.
     captured_ops: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+    # CUDA graph captures, by the same step names: per graph node, by its toolsId in decimal (the
+    # `graph node id` a profiler gives its replayed kernel), the ranges open at its capture
+    # (CudaGraph.node_ranges), where the machine records graph-node annotations.
+    node_ranges: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 def profiler_op_name(overload: str) -> str:
@@ -73,6 +77,17 @@ def _captured_ops(backend: Backend) -> dict[str, list[tuple[str, list[str]]]]:
         return {}
     return {f"replay[bs={bs}]": [(profiler_op_name(op), list(stack)) for op, stack in zip(g.op_names, g.op_ranges)]
             for bs, (g, _) in backend.graphs.items() if isinstance(g, TapeGraph)}
+
+
+def _node_ranges(backend: Backend) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
+    """Each CUDA graph's node ranges by step name, and a note for each reason some are missing."""
+    if not isinstance(backend, GraphBackend):
+        return {}, []
+    cuda = {bs: g for bs, (g, _) in backend.graphs.items() if isinstance(g, CudaGraph)}
+    ranges = {f"replay[bs={bs}]": {str(node): list(stack) for node, stack in g.node_ranges.items()}
+              for bs, g in cuda.items() if g.node_ranges}
+    missing = dict.fromkeys(g.node_ranges_missing for g in cuda.values() if g.node_ranges_missing)
+    return ranges, [f"{why}: replayed kernels are attributed from an eager step instead" for why in missing]
 
 
 @contextlib.contextmanager
@@ -129,9 +144,10 @@ def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
             token = greedy(backend.step(token, positions))
             positions += 1
     launches = count_launches(backend, warm, spec.prompt_len) if count else StepLaunches(ops=None)
+    node_ranges, missing = _node_ranges(backend)
     return RecordedMode(backend.name, spec.warmup, recorded, launches.ops,
                         launches.kernel_launches, launches.graph_launches,
-                        prepared.seconds, list(prepared.notes), _captured_ops(backend))
+                        prepared.seconds, [*prepared.notes, *missing], _captured_ops(backend), node_ranges)
 
 
 def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
@@ -141,7 +157,8 @@ def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
     GraphrtError up front if NVTX would record nothing."""
     if warning := nvtx.check_recording():
         raise GraphrtError(warning)
-    backends = [make_backend(m, model, spec.buckets, spec.lint) for m in expand_modes(spec.mode)]
+    # graph captures annotate their nodes where they can, so a replay can be attributed exactly
+    backends = [make_backend(m, model, spec.buckets, spec.lint, annotate=True) for m in expand_modes(spec.mode)]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt = random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed)
     previous = nvtx.set_enabled(True)
