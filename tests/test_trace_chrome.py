@@ -108,3 +108,22 @@ def test_a_complete_event_without_a_timestamp_is_refused(tmp_path):
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 1}]}))
     with pytest.raises(GraphrtError, match=r"broken\.json: a Chrome-trace event lacks a usable field"):
         load_trace(path)
+
+
+def test_a_replayed_kernel_carries_the_graph_node_it_came_from(tmp_path):
+    """Kineto gives each kernel a graph replay ran `args["graph node id"]` (the node's toolsId:
+    exec graph id << 32 | node id); 0, or no such arg, is a kernel launched on its own."""
+    node = (3 << 32) | 17
+    events = [
+        _event("cuda_runtime", "cudaGraphLaunch", 100.0, 5.0, pid=7, tid=7, correlation=1),
+        _event("kernel", "gemm", 110.0, 3.0, pid=0, tid=7, device=0, stream=7, correlation=1,
+               **{"graph id": 3, "graph node id": node}),
+        _event("cuda_runtime", "cudaLaunchKernel", 120.0, 4.0, pid=7, tid=7, correlation=2),
+        _event("kernel", "fill", 126.0, 1.0, pid=0, tid=7, device=0, stream=7, correlation=2,
+               **{"graph id": 0, "graph node id": 0}),
+        _event("kernel", "copy", 130.0, 1.0, pid=0, tid=7, device=0, stream=7, correlation=2),
+    ]
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert [(k.name, k.graph_node_id) for k in load_trace(path).kernels] == [
+        ("gemm", node), ("fill", None), ("copy", None)]

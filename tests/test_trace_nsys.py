@@ -240,3 +240,31 @@ def test_kernels_are_named_by_their_short_name(export):
         path, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
               "ORDER BY k.start")]
     assert sorted(k.name for k in trace.kernels) == sorted(expected)
+
+
+def test_kernels_carry_the_graph_node_the_export_gives_them(export):
+    """Both releases write `graphNodeId` on every kernel; these recordings launched none from a
+    graph node (NULL throughout), so no kernel claims one."""
+    path, trace, _ = export
+    (with_node,) = sql(path, "SELECT COUNT(graphNodeId) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId != 0")
+    assert with_node == (0,) and len(trace.kernels) > 0
+    assert all(k.graph_node_id is None for k in trace.kernels)
+
+
+def test_a_replayed_graph_node_kernel_keeps_its_node_id(tmp_path):
+    """An export shaped like the real ones, where two kernels came from graph nodes: their
+    graphNodeId is read; NULL or 0 (a kernel launched on its own) is none."""
+    node = (5 << 32) | 2
+    db = tmp_path / "replay.sqlite"
+    with closing(sqlite3.connect(db)) as con:
+        con.executescript(f"""
+            CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT,
+                correlationId INT, globalPid INT, shortName INT, graphNodeId INT, graphId INT);
+            INSERT INTO StringIds VALUES (1, 'gemm'), (2, 'fill');
+            INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+                (1000, 2000, 0, 7, 1, 0, 1, {node}, 5), (2000, 2500, 0, 7, 1, 0, 1, {node + 1}, 5),
+                (3000, 3100, 0, 7, 2, 0, 2, NULL, NULL), (4000, 4100, 0, 7, 3, 0, 2, 0, 0);
+        """)
+    assert [(k.name, k.graph_node_id, k.graph_id) for k in load_trace(db).kernels] == [
+        ("gemm", node, 5), ("gemm", node + 1, 5), ("fill", None, None), ("fill", None, 0)]

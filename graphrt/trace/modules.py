@@ -159,8 +159,7 @@ class NodeLookup:
     per node (CudaGraph.node_ranges): exact, and a kernel whose node it lacks is unattributed."""
 
     nodes: Mapping[int, tuple[str, ...]]
-    method: str = ("the graph-node annotations recorded at capture (torch.cuda._graph_annotations), "
-                   "looked up by each kernel's graph node id")
+    method: str = "the capture's graph-node annotations, looked up by each kernel's graph node id"
 
     def knows(self, step: StepTimeline) -> bool:
         """Does it hold the node of any of `step`'s kernels (is it this graph's)?"""
