@@ -17,9 +17,10 @@ import torch
 from graphrt import nvtx
 from graphrt.backends.factory import make_backend
 from graphrt.config import PRESETS
+from graphrt.graphs.annotate import unavailable
 from graphrt.trace import load_trace
 from graphrt.trace.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
-from graphrt.trace.modules import Reference, compare_modules
+from graphrt.trace.modules import NodeLookup, Reference, compare_modules
 from graphrt.trace.record import torch_window
 from graphrt.trace.timeline import step_timelines
 from graphrt.weights import build_model
@@ -50,15 +51,16 @@ def _truth(tape, replayed: list[str]) -> list[tuple[str, ...]]:
     return truth
 
 
-def _record(config, device: torch.device, dtype: torch.dtype, out):
+def _record(config, device: torch.device, dtype: torch.dtype, out, annotate: bool = False):
     """An eager and a graph backend on one model, two decode steps of each recorded by
-    torch.profiler as `graphrt trace` records them; (eager step, replay step, graph backend)."""
+    torch.profiler as `graphrt trace` records them (the graph's capture annotated where asked
+    and possible); (eager step, replay step, graph backend)."""
     model = build_model(config, device, dtype, seed=0)
     model.setup_cache(1, 16)
     tokens = torch.zeros(1, 1, dtype=torch.long, device=device)
     positions = torch.full((1,), 3, dtype=torch.long, device=device)
     with torch.inference_mode(), nvtx.attach(model):
-        eager, graph = make_backend("eager", model, None), make_backend("graph", model, None)
+        eager, graph = make_backend("eager", model, None), make_backend("graph", model, None, annotate=annotate)
         eager.prepare(1)
         graph.prepare(1)
         for backend, name in ((eager, "eager.json"), (graph, "graph.json")):
@@ -182,6 +184,34 @@ def test_cuda_replay_kernels_take_their_modules_from_the_eager_step(tmp_path):
         assert kinds[kind].replay.work == pytest.approx(kinds[kind].eager.work, rel=0.05), kind
         assert 0.5 < kinds[kind].replay.busy_ns / kinds[kind].eager.busy_ns < 2, kind
     assert sum(r.replay.gap_ns for r in found.by_kind) < sum(r.eager.gap_ns for r in found.by_kind)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_replay_kernels_are_looked_up_by_the_node_their_capture_annotated(tmp_path):
+    """qwen2-0.5b, bf16, batch 1, captured with graph-node annotations: every kernel the replay
+    runs came from a node the capture gave a stack of the model's module ranges, and looked up by
+    node, each kind has the kernels it has in the eager step, whose ranges fired live."""
+    if reason := unavailable():
+        pytest.skip(f"{reason}; this test runs with cuda.bindings >= 13.1 on a CUDA 13.1+ driver")
+    eager_step, replay_step, graph = _record(PRESETS["qwen2-0.5b"], torch.device("cuda"), torch.bfloat16, tmp_path,
+                                             annotate=True)
+    cuda_graph = graph.graphs[1][0]
+    assert cuda_graph.node_ranges_missing is None
+    nodes = [w.node for w in replay_step.work]
+    assert None not in nodes and set(nodes) <= cuda_graph.node_ranges.keys()
+    modules = {nvtx.module_range_name(name, m) for name, m in graph.model.named_modules()}
+    stacks = [cuda_graph.node_ranges[n] for n in nodes]
+    assert all(stack and set(stack) <= modules for stack in stacks)
+    for stack in stacks:  # nested as the modules are: each range a submodule of the one around it
+        qualnames = [nvtx.parse_range_name(name)[0] for name in stack]
+        assert all(outer == "" or inner.startswith(outer + ".") for outer, inner in zip(qualnames, qualnames[1:]))
+
+    found = compare_modules([eager_step], [replay_step], "eager", "replay", NodeLookup(cuda_graph.node_ranges))
+    assert found.share == 1.0
+    kinds = {row.key: row for row in found.by_kind}
+    for kind in ("attention", "mlp", "norm", "lm_head"):
+        assert kinds[kind].replay.work == pytest.approx(kinds[kind].eager.work, rel=0.05), kind
 
 
 def test_a_trace_of_a_tape_replay_is_attributed_from_the_capture_alone(cli, tmp_path, tiny_torch_traces):
