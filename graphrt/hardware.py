@@ -15,6 +15,7 @@ from importlib.metadata import version
 import torch
 
 import graphrt
+from graphrt.graphs import annotate
 
 
 def device_name(device: torch.device) -> str:
@@ -46,6 +47,8 @@ def describe(device: torch.device) -> dict:
     }
     if device.type == "cpu":
         facts["torch_threads"] = torch.get_num_threads()
+    if device.type == "cuda":  # can a capture record which module each graph node belongs to?
+        facts["graph_node_annotations"] = annotate.unavailable() or "available"
     return facts
 
 

@@ -101,7 +101,11 @@ def _trace_facts(work: Path) -> dict[str, Any] | None:
     for g in groups:
         busy, idle = g["gpu_busy_ns"] or 0, g["gpu_idle_ns"] or 0
         g["gpu_idle_share"] = idle / (busy + idle) if busy + idle else None
-    return {"nvtx_overhead": summary.get("nvtx_overhead"), "steps": groups, "analysis": analysis}
+    attributed = [{k: m[k] for k in ("replay", "unit", "method", "items", "attributed_share")}
+                  for m in (analysis or {}).get("replay_modules", [])]
+    graph_notes = (summary.get("modes") or {}).get("graph", {}).get("notes", [])
+    return {"nvtx_overhead": summary.get("nvtx_overhead"), "steps": groups, "analysis": analysis,
+            "replay_attribution": attributed, "graph_notes": graph_notes}
 
 
 def _fmt(value: Any) -> str:
@@ -163,6 +167,10 @@ def main(argv: list[str]) -> int:
     if trace and trace["steps"]:
         step_keys = ["name", "steps", "kernels", "launches", "wall_ns", "gpu_busy_ns", "gpu_idle_ns", "gpu_idle_share"]
         print(tabulate([[_fmt(g[k]) for k in step_keys] for g in trace["steps"]], headers=step_keys))
+    for a in trace["replay_attribution"] if trace else []:
+        print(f"{a['replay']}: {100 * a['attributed_share']:.1f}% of {a['items']} replayed {a['unit']}s attributed by {a['method']}")
+    for note in trace["graph_notes"] if trace else []:
+        print(f"graph capture: {note}")
     if trace and trace["nvtx_overhead"]:
         o = trace["nvtx_overhead"]
         print(f"NVTX on vs off (eager step): {100 * o['overhead']:+.2f}% ({o['per_range_us']:.2f} us per range)")
