@@ -5,6 +5,7 @@ test_node_attribution.py (hand-built traces)."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import PackageNotFoundError, version
 
 import pytest
@@ -68,3 +69,25 @@ def test_cuda_capture_without_annotations_available_is_the_capture_it_always_was
     assert asked.node_ranges_missing == unavailable() and asked.node_ranges_missing.startswith(NEEDS)
     if graph_annotations is not None:
         assert not graph_annotations.get_kernel_annotations() and not graph_annotations._pending_scopes
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_trace_keeps_the_node_ranges_and_analyze_says_what_it_attributed_from(cli, tmp_path):
+    """`graphrt trace` on CUDA captures with annotations asked for: where the machine records them
+    summary.json holds them and analyze looks every replayed kernel up; where it cannot, the graph
+    mode's notes say why and analyze aligns the replay with the eager step."""
+    out, figures = tmp_path / "traces", tmp_path / "figures.json"
+    traced = cli("trace", "--profiler", "torch", "--model", "tiny", "--device", "cuda", "--steps", "4", "--out", out)
+    assert traced.exit_code == 0, traced.output
+    (made,) = out.iterdir()
+    graph = json.loads((made / "summary.json").read_text())["modes"]["graph"]
+    analysed = cli("analyze", made, "--json", figures)
+    assert analysed.exit_code == 0, analysed.output
+    (found,) = json.loads(figures.read_text())["replay_modules"]
+    if reason := unavailable():
+        assert graph["node_ranges"] == {} and any(note.startswith(reason) for note in graph["notes"])
+        assert "aligned with the eager step" in found["method"]
+    else:
+        assert graph["node_ranges"]["replay[bs=1]"] and not any(NEEDS in note for note in graph["notes"])
+        assert "graph-node annotations" in found["method"] and found["attributed_share"] == 1.0

@@ -90,12 +90,12 @@ class NodeAnnotations:
 
     def __init__(self, requested: bool) -> None:
         self.reason: str | None = unavailable() if requested else NOT_REQUESTED
-        self._torch: ModuleType | None = None
+        self._api: ModuleType | None = None
         self._was_enabled = False
         if self.reason is None:
             from torch.cuda import _graph_annotations
 
-            self._torch = _graph_annotations
+            self._api = _graph_annotations
             self._was_enabled = bool(getattr(_graph_annotations, "_annotations_enabled", False))
 
     def _give_up(self, error: BaseException) -> None:
@@ -108,7 +108,7 @@ class NodeAnnotations:
         scope = None
         if self.reason is None:
             try:
-                scope = self._torch.mark_kernels({TAG: stack})  # type: ignore[union-attr]
+                scope = self._api.mark_kernels({TAG: stack})  # type: ignore[union-attr]
                 scope.__enter__()
             except Exception as error:
                 self._give_up(error)
@@ -124,10 +124,10 @@ class NodeAnnotations:
     def capturing(self) -> Iterator[None]:
         """Around the captured call, inside `torch.cuda.graph(...)`: every graphrt range opened
         in the block is mirrored into a scope. Does nothing when annotations are unavailable."""
-        if self._torch is None:
+        if self._api is None:
             yield
             return
-        self._torch.enable_annotations()
+        self._api.enable_annotations()
         try:
             with self._scope(()), nvtx.mirror_ranges(self._scope):
                 yield
@@ -138,14 +138,14 @@ class NodeAnnotations:
     def finish(self, graph: torch.cuda.CUDAGraph) -> NodeRanges:
         """After the capture ended: per toolsId of `graph`'s exec graph, the ranges open when the
         node was captured, outermost first. Empty, with `reason` set, when none were recorded."""
-        if self._torch is None:
+        if self._api is None:
             return {}
         ranges: NodeRanges = {}
         try:
             if self.reason is None:
-                self._torch.resolve_pending_annotations()
-                self._torch.remap_to_exec_graph(graph)  # capture-graph ids -> the exec graph's
-                for tools_id, tags in self._torch.get_kernel_annotations().items():
+                self._api.resolve_pending_annotations()
+                self._api.remap_to_exec_graph(graph)  # capture-graph ids -> the exec graph's
+                for tools_id, tags in self._api.get_kernel_annotations().items():
                     if (stack := _stack_of(tags)) is not None:
                         ranges[int(tools_id)] = stack
         except Exception as error:
@@ -159,12 +159,13 @@ class NodeAnnotations:
         return ranges
 
     def discard(self) -> None:
-        """Drop what was recorded and leave torch's global annotation state as it was before:
-        no tags, no pending scopes. What a failed capture calls; `finish` calls it too."""
-        torch_annotations, self._torch = self._torch, None
-        if torch_annotations is None:
+        """Empty torch's annotation map and pending scopes (they are global; `finish` has copied
+        graphrt's tags out by then) and switch annotations off again unless they were on before.
+        What a failed capture calls; `finish` calls it too."""
+        api, self._api = self._api, None
+        if api is None:
             return
         with contextlib.suppress(Exception):
-            torch_annotations.clear_kernel_annotations()
+            api.clear_kernel_annotations()
             if not self._was_enabled:
-                torch_annotations.disable_annotations()
+                api.disable_annotations()
