@@ -87,7 +87,8 @@ def _node_ranges(backend: Backend) -> tuple[dict[str, dict[str, list[str]]], lis
     ranges = {f"replay[bs={bs}]": {str(node): list(stack) for node, stack in g.node_ranges.items()}
               for bs, g in cuda.items() if g.node_ranges}
     missing = dict.fromkeys(g.node_ranges_missing for g in cuda.values() if g.node_ranges_missing)
-    return ranges, [f"{why}: replayed kernels are attributed from an eager step instead" for why in missing]
+    return ranges, [f"{why}; replayed kernels can only be attributed by aligning them with an eager step"
+                    for why in missing]
 
 
 @contextlib.contextmanager
