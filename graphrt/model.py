@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphrt.config import ModelConfig
+from graphrt.errors import GraphrtError
 
 
 class Qwen2RMSNorm(nn.Module):
@@ -205,6 +206,8 @@ class Qwen2ForCausalLM(nn.Module):
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens, positions [B, T] -> the residual stream x [B, T, C], the attention mask
         [B, T, S] and rotary cos, sin [B, T, 1, D]: what every layer reads."""
+        if self.rotary is None:
+            raise GraphrtError("the model has no KV cache yet: call setup_cache(max_batch, max_seq_len) first")
         # query at position p sees cache slots 0..p: the mask is built on the device
         mask = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
         x = self.model.embed_tokens(tokens)

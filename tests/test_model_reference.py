@@ -1,7 +1,10 @@
 """graphrt's Qwen2 computes what Hugging Face transformers computes, from the same checkpoint."""
 
+import pytest
 import torch
 
+from graphrt.backends.graph import GraphBackend
+from graphrt.errors import GraphrtError
 from graphrt.model import greedy
 from graphrt.weights import build_model
 
@@ -86,3 +89,12 @@ def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_co
                 hf_out = hf(hf_token, past_key_values=cache, use_cache=True)
                 assert (ours_steps[step][row] - hf_out.logits[0, -1]).abs().max() <= 1e-4, (row, step)
                 cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
+
+
+def test_a_model_without_its_cache_says_to_set_it_up(tiny_config):
+    model = build_model(tiny_config, torch.device("cpu"), torch.float32, seed=0)
+    tokens = torch.zeros(1, 1, dtype=torch.long)
+    with pytest.raises(GraphrtError, match=r"no KV cache yet: call setup_cache\(max_batch, max_seq_len\) first"):
+        model(tokens, torch.zeros(1, 1, dtype=torch.long))
+    with pytest.raises(GraphrtError, match="the KV cache holds 0 rows, bucket 1 needs more"):
+        GraphBackend(model, (1,)).prepare(1)
