@@ -56,8 +56,8 @@ def _id(value: Any) -> int:
         return zlib.crc32(str(value).encode())
 
 
-def _load_events(path: Path) -> tuple[list[dict], dict[str, Any]]:
-    """(the event list, the top-level fields besides it); GraphrtError if not a Chrome trace."""
+def _load_events(path: Path) -> tuple[list[dict], Any]:
+    """(the event list, the file's `schemaVersion` or None); GraphrtError if not a Chrome trace."""
     try:
         raw = path.read_bytes()
         if raw.startswith(GZIP_MAGIC):
@@ -70,17 +70,16 @@ def _load_events(path: Path) -> tuple[list[dict], dict[str, Any]]:
     if not isinstance(events, list) or any(not isinstance(e, dict) or "ph" not in e for e in events):
         raise GraphrtError(f"{path}: JSON but not a Chrome trace; expected a list of events "
                            "with a 'ph' field, or an object holding one in 'traceEvents'")
-    header = {k: v for k, v in data.items() if k != "traceEvents"} if isinstance(data, dict) else {}
-    return events, header
+    return events, data.get("schemaVersion") if isinstance(data, dict) else None
 
 
 def read_chrome_trace(path: str | Path) -> Trace:
     """Read a Chrome-trace JSON written by torch.profiler. Raises GraphrtError if it is not one."""
     path = Path(path)
-    events, header = _load_events(path)
+    events, schema = _load_events(path)
     trace = Trace(source=str(path), kind="chrome")
-    if "schemaVersion" in header:
-        trace.meta["schema"] = str(header["schemaVersion"])
+    if schema is not None:
+        trace.meta["schema"] = str(schema)
     try:
         kernel_events = []
         for e in events:
