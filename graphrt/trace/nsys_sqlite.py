@@ -65,9 +65,9 @@ class _Schema:
         self._columns: dict[str, set[str]] = {}
 
     def columns(self, table: str) -> set[str]:
+        """The table's columns; none for a table the export does not have (PRAGMA lists none)."""
         if table not in self._columns:
-            self._columns[table] = ({row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
-                                    if table in self.tables else set())
+            self._columns[table] = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
         return self._columns[table]
 
 
