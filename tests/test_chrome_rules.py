@@ -11,7 +11,6 @@ import pytest
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.chrome import read_chrome_trace
-from graphrt.trace.timeline import WHOLE_TRACE, whole_trace
 
 TORCH_DATA = Path(__file__).parent / "data" / "torch"
 A100 = TORCH_DATA / "hta-a100-alexnet-eager.json.gz"
@@ -99,16 +98,3 @@ def test_an_event_with_an_unusable_field_is_refused_naming_the_file_and_what_is_
     assert message.startswith(f"{path}: a Chrome-trace event lacks a usable field (")
     assert message.endswith("); expected name, ts and dur on every complete ('X') event")
 
-
-def test_a_trace_without_steps_is_one_timeline_of_the_kernels_its_calls_launched(tmp_path):
-    trace = read_chrome_trace(_write(tmp_path, [
-        _x("user_annotation", "forward", 100, 50),
-        _x("cuda_runtime", "cudaLaunchKernel", 110, 4, correlation=21),
-        _x("cuda_runtime", "cudaMemcpyAsync", 120, 4, correlation=22),
-        _x("kernel", "gemm", 125, 10, device=0, stream=7, correlation=21),
-        _x("kernel", "late", 90, 1, device=0, stream=7, correlation=99)]))  # its call is not in the trace
-    timeline = whole_trace(trace)  # the ranges' membership worked out on the way
-    # it spans the kernels and calls, from `late`'s start to gemm's end
-    assert (timeline.name, timeline.unit, timeline.start_ns, timeline.end_ns) == (WHOLE_TRACE, "kernel", 90_000, 135_000)
-    assert [(w.name, w.stack, w.launch) for w in timeline.work] == [("gemm", ("forward",), 0)]
-    assert [(c.name, c.kind) for c in timeline.launches] == [("cudaLaunchKernel", "kernel")]
