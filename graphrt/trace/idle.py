@@ -22,9 +22,9 @@ Per step:
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
+from graphrt.timing import percentile as sorted_percentile
 from graphrt.trace.timeline import StepTimeline
 
 # Gaps under this between a kernel and the next one already launched count as back-to-back
@@ -35,13 +35,9 @@ IDLE_KINDS = ("host_wait", "kernel_wait", "other")
 
 
 def percentile(values: list[int], q: int) -> float | None:
-    """The q-th percentile (linear between the closest ranks, `statistics.quantiles` 'inclusive');
-    None for no values."""
-    if not values:
-        return None
-    if len(values) == 1:
-        return float(values[0])
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+    """The q-th percentile of `values` in any order, as the run tables compute theirs
+    (graphrt.timing.percentile: linear between the closest ranks); None for no values."""
+    return float(sorted_percentile(sorted(values), q)) if values else None
 
 
 @dataclass(frozen=True)
