@@ -53,3 +53,14 @@ def test_a_cpu_trace_draws_eager_above_replay_coloured_by_module_kind(cli, tmp_p
     for kind in ("attention", "mlp"):
         assert _pixels_of(eager_half, KIND_COLORS[kind]) > 20, kind
         assert _pixels_of(replay_half, KIND_COLORS[kind]) > 20, kind
+
+
+def test_a_tape_replay_alone_is_coloured_from_its_capture_records(cli, tmp_path, tiny_torch_traces):
+    # no eager step to align with: the kinds come from summary.json's captured ops, as analyze's do
+    out = tmp_path / "replay.png"
+    result = cli("analyze", tiny_torch_traces / "graph.json", "--plot", out)
+    assert result.exit_code == 0, result.output
+    assert "replay[bs=1] above replay[bs=1]" in result.stdout
+    rgb = _pixels(out)
+    for kind in ("attention", "mlp"):
+        assert _pixels_of(rgb[: int(rgb.shape[0] * 0.88)], KIND_COLORS[kind]) > 40, kind

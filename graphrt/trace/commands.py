@@ -144,8 +144,8 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         click.echo()
         click.echo(format_comparison(comparison))
     several = len(files) > 1
-    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)],
-                             [_capture_records(p) for p in files])
+    records = [_capture_records(p) for p in files]
+    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)], records)
     for found in modules:
         click.echo()
         click.echo(format_replay_modules(found, top=top))
@@ -160,7 +160,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         from graphrt.trace.plot import plot_steps  # matplotlib is optional: only for --plot
 
         drawn = [a.timelines or [a.whole] for a in analysed]
-        click.echo(plot_steps(drawn, [str(p) for p in files], plot_path))
+        click.echo(plot_steps(drawn, [str(p) for p in files], plot_path, records))
     if json_path:
         write_json(json_path, {"traces": [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)}
                                           for a in analysed],

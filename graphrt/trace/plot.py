@@ -3,8 +3,9 @@
 Each step gets two rows: the host (its launch calls; graph launches in the replay colour) and the
 GPU (its kernels, coloured by module kind with graphrt's NVTX colours, the idle gaps between them
 shaded). In a trace without kernels (torch.profiler on a CPU) the second row holds the step's
-top-level CPU ops instead. Replayed kernels take their kind from the alignment with the eager
-step (graphrt.trace.modules). Times are from each step's own start, so the two line up.
+top-level CPU ops instead. Replayed kernels take their kind from the best record there is, as
+`graphrt analyze` attributes them (graphrt.trace.modules). Times are from each step's own start,
+so the two line up.
 
 matplotlib is an optional dependency (`pip install graphrt[plot]`); only this module needs it.
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from graphrt.errors import GraphrtError
 from graphrt.nvtx import KIND_COLORS, STEP_COLORS
-from graphrt.trace.attribution import carry_over
-from graphrt.trace.modules import NO_MODULE, UNATTRIBUTED_KIND, idle_before, work_kind
+from graphrt.trace.modules import (NO_MODULE, UNATTRIBUTED_KIND, CaptureRecords, Reference, idle_before,
+                                   work_kind)
 from graphrt.trace.names import is_replay
 from graphrt.trace.timeline import StepTimeline
 
@@ -50,11 +51,13 @@ def pick_steps(timelines: Sequence[Sequence[StepTimeline]]) -> list[StepTimeline
     return steps[:2]
 
 
-def _kinds(step: StepTimeline, reference: StepTimeline | None) -> list[str]:
-    if is_replay(step.name) and reference is not None:
-        attribution = carry_over(reference.names, [w.stack for w in reference.work],
-                                 [w.home for w in reference.work], step.names)
-        return [work_kind(s) for s in attribution.stacks]
+def _kinds(step: StepTimeline, eager: StepTimeline | None, records: CaptureRecords) -> list[str]:
+    """Each piece of work's module kind; a replayed step's from the best record there is, as
+    `graphrt analyze` attributes it (graphrt.trace.modules)."""
+    if is_replay(step.name):
+        reference = records.reference(step) or (Reference.of_eager(eager) if eager is not None else None)
+        if reference is not None:
+            return [work_kind(s) for s in reference.attribute([step])[0].stacks]
     return [work_kind(w.stack) for w in step.work]
 
 
@@ -79,9 +82,11 @@ def _headline(steps: list[StepTimeline], scale: float, unit: str) -> str:
     return f": eager {before / scale:,.1f} {unit} → replay {after / scale:,.1f} {unit}{change}"
 
 
-def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[str], path: str | Path) -> str:
+def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[str], path: str | Path,
+               records: Sequence[CaptureRecords] = ()) -> str:
     """Draw the steps `pick_steps` chooses into a PNG at `path` (through a temporary name);
-    returns a line saying what was written. GraphrtError without matplotlib or steps."""
+    returns a line saying what was written. `records[i]`: what trace i's captures recorded (a
+    replay's kinds come from there first). GraphrtError without matplotlib or steps."""
     try:
         import matplotlib
 
@@ -94,7 +99,8 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
     if not steps:
         raise GraphrtError(f"{', '.join(sources)}: no step with kernels or CPU ops to plot "
                            "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
-    reference = next((s for s in steps if not is_replay(s.name)), None)
+    eager = next((s for s in steps if not is_replay(s.name)), None)
+    trace_of = {id(t): n for n, ts in enumerate(timelines) for t in ts}
     longest = max(_span_ns(s) for s in steps)
     scale, unit = (1e6, "ms") if longest > 20e6 else (1e3, "µs")
     fig, axes = plt.subplots(len(steps), 1, figsize=(14, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
@@ -108,7 +114,8 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
             ax.broken_barh([(at(c.start_ns), (c.end_ns - c.start_ns) / scale) for c in step.launches], (1.1, 0.8),
                            facecolors=[_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555"
                                        for c in step.launches])
-        kinds = _kinds(step, reference)
+        n = trace_of[id(step)]
+        kinds = _kinds(step, eager, records[n] if n < len(records) else CaptureRecords())
         used.update(kinds)
         ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
                        facecolors=[_color(k) for k in kinds], linewidth=0)
