@@ -15,6 +15,22 @@ from hypothesis import strategies as st
 from graphrt.config import PRESETS, ModelConfig
 
 
+def _import_what_is_imported_on_first_use() -> None:
+    """Import now what torch and transformers would import in the middle of a test: torch._dynamo
+    (the first nn.init under a `with torch.device(...)` pulls it in) and transformers' Qwen2 model.
+    Each costs about a second, once per process; under `make mutate` each mutant's tests run in
+    a process forked after collection, so a lazy import would cost that second per mutant."""
+    import torch._dynamo  # noqa: F401
+
+    try:
+        import transformers.models.qwen2.modeling_qwen2  # noqa: F401
+    except ImportError:  # transformers is a test reference only: its tests skip without it
+        pass
+
+
+_import_what_is_imported_on_first_use()
+
+
 def hf_reference(config: ModelConfig, seed: int = 0):
     """HF's Qwen2ForCausalLM for `config`, every parameter randomised (biases and norms too:
     HF's own init leaves them at 0 and 1, which would never exercise them)."""
