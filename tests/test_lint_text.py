@@ -137,3 +137,17 @@ def test_a_read_to_the_host_outside_the_dispatcher_is_a_refusal_in_its_module():
         "lint: 1 finding over 2 captures of 6 ops (T)\n"
         "  Tensor.tolist in body (ReadsBack): operation not permitted while capturing (a host sync: "
         ".item(), .tolist(), int(tensor)); keep step inputs as device tensors")
+
+
+class PythonDataOrInput(Case):
+    def forward(self, x, from_python: bool):
+        other = torch.tensor([3.0, 4.0]) if from_python else x[:2]
+        return x + other.sum()
+
+
+def test_a_tensor_that_changes_origin_is_shown_as_each_capture_gave_it():
+    lines = report_text(Net(PythonDataOrInput()).eval(), [(X0, True), (X1, False)]).splitlines()
+    assert lines[2] == (
+        "  aten.sum.default in body (PythonDataOrInput): argument self is a tensor built from "
+        "Python data in the step holding [3.0, 4.0] in capture 1 and input 0 of the step in "
+        "capture 2: replay reads capture 1's tensor forever")

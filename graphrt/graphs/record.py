@@ -78,7 +78,9 @@ def _dtype(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class RecordedOp:
-    index: int
+    """One op of a capture; its number (what MADE and PYTHON uses refer to) is its place in the
+    capture's list."""
+
     name: str  # the overload, e.g. "aten.slice.Tensor"
     ranges: tuple[str, ...]  # graphrt ranges open when it ran, outermost first
     args: tuple[tuple[str, Any], ...]  # (schema argument name, TensorUse or Python value)
@@ -180,11 +182,11 @@ class OpRecorder(TorchDispatchMode):
         for key in {storage_key(t) for t in results} - read:  # new memory: this op made it
             self.made.setdefault(key, index)
         self._alive += results
-        self.ops.append(RecordedOp(index, str(func), tuple(self.open_ranges), tuple(named),
+        self.ops.append(RecordedOp(str(func), tuple(self.open_ranges), tuple(named),
                                    tuple(tuple(t.shape) for t in results), reason))
         return out
 
     def host_read(self, name: str, reason: str) -> None:
         """A host read that never reached the dispatcher (`HostReadGuard(report=...)`)."""
-        self.ops.append(RecordedOp(len(self.ops), name, tuple(self.open_ranges), (), (), reason))
+        self.ops.append(RecordedOp(name, tuple(self.open_ranges), (), (), reason))
 
