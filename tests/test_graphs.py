@@ -347,6 +347,25 @@ def test_an_op_recorded_on_a_transposed_view_replays_with_that_layout() -> None:
     assert not torch.allclose(out, (a @ a).sum(dim=0))  # rows and columns differ here
 
 
+def test_an_op_recorded_on_a_view_that_later_moves_in_its_storage_replays_where_it_read() -> None:
+    # The sum reads elements 2..5 of y's storage; `as_strided_` then moves the view to start
+    # at element 6. Replay must pin the offset it had as well as its shape and strides.
+    a = torch.randn(3, 4)
+
+    def step():
+        view = (a * 2).view(12)[2:6]
+        total = view.sum()
+        view.as_strided_((4,), (1,), 6)
+        return total
+
+    graph, out = capture(step, device="cpu", warmup=0)
+    a.copy_(torch.randn(3, 4))
+    graph.replay()
+    flat = (a * 2).view(12)
+    assert torch.equal(out, flat[2:6].sum())
+    assert not torch.equal(out, flat[6:10].sum())  # the two windows differ here
+
+
 def test_a_pool_for_another_kind_of_graph_is_rejected() -> None:
     pool = new_pool("cpu")
     with pytest.raises(GraphrtError, match="pool is for a tape graph on cpu"):
