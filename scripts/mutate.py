@@ -11,9 +11,11 @@ each surviving mutant is left.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -50,26 +52,45 @@ def results() -> dict[str, Counter]:
     return by_module
 
 
-def print_scores(by_module: dict[str, Counter], only: list[str]) -> None:
+def test_seconds() -> Counter:
+    """Seconds of test runs per module, summed over its mutants, from the log the test suite
+    keeps under mutmut (tests/mutation_plugin.py): mutants/mutmut-times.tsv."""
+    seconds: Counter = Counter()
+    times = Path("mutants/mutmut-times.tsv")
+    for line in times.read_text().splitlines() if times.is_file() else []:
+        mutant, spent, *_ = line.split("\t")
+        seconds[module_of(mutant)] += float(spent)
+    return seconds
+
+
+def print_scores(by_module: dict[str, Counter], seconds: Counter, only: list[str]) -> None:
     rows = []
+    total: Counter = Counter()
     for module, counts in sorted(by_module.items()):
         if only and not any((module + ".").startswith(g.removesuffix("*")) for g in only):
             continue
+        rows.append((module, counts, seconds[module]))
+        total += counts
+    rows.append(("all", total, sum(row[2] for row in rows)))
+    width = max(len(row[0]) for row in rows)
+    print(f"{'module':<{width}}  tested  killed   score  tests s  not killed")
+    for module, counts, spent in rows:
         tested = sum(n for status, n in counts.items() if status != "not checked")
         killed = sum(counts[s] for s in KILLED)
         score = f"{100 * killed / tested:.1f}%" if tested else "-"
         left = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s not in KILLED)
-        rows.append((module, tested, killed, score, left or "-"))
-    width = max([len(r[0]) for r in rows] + [6])
-    print(f"{'module':<{width}}  tested  killed  score   not killed")
-    for module, tested, killed, score, left in rows:
-        print(f"{module:<{width}}  {tested:>6}  {killed:>6}  {score:>6}  {left}")
+        print(f"{module:<{width}}  {tested:>6}  {killed:>6}  {score:>6}  {spent:>7.0f}  {left or '-'}")
 
 
 def main(argv: list[str]) -> int:
     globs = [mutant_glob(module) for module in argv]
-    run = subprocess.run([MUTMUT, "run", *globs])
-    print_scores(results(), globs)
+    # Two mutants run at once on two cores: torch's OpenMP threads, two per process, would spin
+    # against each other and stretch a mutant's tests past their timeout.
+    start = time.monotonic()
+    run = subprocess.run([MUTMUT, "run", *globs], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    minutes, seconds = divmod(round(time.monotonic() - start), 60)
+    print_scores(results(), test_seconds(), globs)
+    print(f"mutmut run: {minutes} min {seconds:02d} s")
     return run.returncode
 
 

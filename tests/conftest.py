@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -51,16 +50,16 @@ def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_k
     return model
 
 
-def pytest_collection_modifyitems(items):
-    """Under `make mutate`, a mutant's tests run fastest first: with -x the first failure ends
-    the run, so a killed mutant costs its quickest killing test, not the slowest it selected.
-    mutmut timed every test in its stats run (mutants/mutmut-stats.json; pytest runs there)."""
-    if os.environ.get("MUTANT_UNDER_TEST", "") in ("", "stats", "fail", "list_all_tests"):
-        return
-    stats = Path("mutmut-stats.json")
-    if stats.is_file():
-        seconds = json.loads(stats.read_text())["duration_by_test"]
-        items.sort(key=lambda item: seconds.get(item.nodeid, float("inf")))
+def pytest_configure(config):
+    """Under `make mutate` (mutmut sets MUTANT_UNDER_TEST): in its stats run, credit a shared
+    fixture's calls to every test using it; in a mutant's run, order its tests so that it dies
+    early, and log its time (tests/mutation_plugin.py)."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST")
+    if mutant is not None:
+        from mutation_plugin import MutantRun, StatsRun
+
+        plugin = StatsRun() if mutant == "stats" else MutantRun(mutant)
+        config.pluginmanager.register(plugin, "graphrt-mutation")
 
 
 @pytest.fixture(autouse=True)
