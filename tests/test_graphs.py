@@ -17,6 +17,8 @@ from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, new_pool
 from graphrt.opcount import count_ops, op_names
 
+from custom_ops import ops
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 BATCH, WIDTH, CACHE_LEN = 3, 16, 8
@@ -215,18 +217,7 @@ def test_an_in_place_update_of_a_static_input_is_seen_by_the_next_replay() -> No
     assert out.tolist() == [32.0]
 
 
-# Two ops defined here so that the tape's out= rules are exercised whatever BLAS this machine
-# has: `third`'s out= overload rounds differently from the op itself (x * (1/3) against x / 3),
-# and `half`'s out= overload has a schema but no CPU kernel.
-_LIB = torch.library.Library("graphrt_test", "DEF")
-_LIB.define("third(Tensor x) -> Tensor")
-_LIB.define("third.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
-_LIB.impl("third", lambda x: x / 3, "CPU")
-_LIB.impl("third.out", lambda x, *, out: torch.mul(x, 1 / 3, out=out), "CPU")
-_LIB.define("half(Tensor x) -> Tensor")
-_LIB.define("half.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
-_LIB.impl("half", lambda x: x / 2, "CPU")
-third, half = torch.ops.graphrt_test.third, torch.ops.graphrt_test.half
+third, half = ops.third, ops.half
 
 
 def test_replay_is_bitwise_where_the_out_overload_rounds_differently() -> None:
@@ -247,6 +238,60 @@ def test_an_out_overload_without_a_kernel_for_the_device_is_not_used() -> None:
     x.copy_(torch.arange(8.0))
     graph.replay()
     assert out.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+
+
+def test_a_functional_op_without_an_out_overload_replays_with_its_keyword_arguments() -> None:
+    x = torch.arange(4.0)
+    graph, out = capture(lambda: ops.scaled(x, factor=5.0), device="cpu", warmup=0)
+    x.copy_(torch.ones(4))
+    graph.replay()
+    assert out.tolist() == [5.0] * 4
+
+
+def test_an_in_place_op_replays_with_its_keyword_arguments() -> None:
+    x, y = torch.ones(3), torch.zeros(3)
+    graph, out = capture(lambda: y.add_(x, alpha=2.0), device="cpu", warmup=0)
+    x.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    graph.replay()
+    assert y.tolist() == [4.0, 6.0, 8.0]  # 2 from the capture, then 2 * x
+
+
+def test_an_op_that_writes_an_argument_and_returns_a_new_tensor_replays_both() -> None:
+    x, total = torch.arange(4.0), torch.zeros(())
+    graph, out = capture(lambda: ops.tally(total, x, factor=3.0), device="cpu", warmup=0)
+    assert total.item() == 6.0
+    x.copy_(torch.ones(4))
+    graph.replay()
+    assert total.item() == 10.0 and out.tolist() == [3.0] * 4
+
+
+def test_an_op_returning_the_argument_it_wrote_and_a_new_tensor_replays_both() -> None:
+    x, total = torch.arange(4.0), torch.zeros(())
+    graph, (written, made) = capture(lambda: ops.tally_both(total, x, factor=2.0), device="cpu", warmup=0)
+    x.copy_(torch.full((4,), 2.0))
+    graph.replay()
+    assert written is total and total.item() == 14.0
+    assert made.tolist() == [4.0] * 4
+
+
+def test_training_batch_norm_replays_its_output_and_running_statistics() -> None:
+    # the real op of that kind: it updates the running mean and variance in place
+    gen = torch.Generator().manual_seed(0)
+    norm, x = torch.nn.BatchNorm1d(4).train(), torch.randn(8, 4, generator=gen)
+    graph, out = capture(lambda: norm(x), device="cpu", warmup=0)
+    x.copy_(torch.randn(8, 4, generator=gen))
+    eager = torch.nn.BatchNorm1d(4).train()
+    eager.load_state_dict(norm.state_dict())
+    graph.replay()
+    assert torch.equal(out, eager(x))
+    assert torch.equal(norm.running_mean, eager.running_mean)
+    assert torch.equal(norm.running_var, eager.running_var)
+
+
+def test_an_op_returning_a_keyword_arguments_memory_is_a_view_not_an_op() -> None:
+    a, b = torch.ones(2), torch.zeros(2)
+    assert op_names(lambda: ops.pick(a, b=b)) == []
+    assert op_names(lambda: ops.scaled(b, factor=2.0)) == ["graphrt_test.scaled.default"]
 
 
 def test_linear_with_a_bias_replays_bitwise_at_a_decode_shape() -> None:

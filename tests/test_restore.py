@@ -11,6 +11,8 @@ from torch import nn
 from graphrt.graphs.restore import preserved
 from graphrt.opcount import storage_key
 
+from custom_ops import ops
+
 
 class Stateful(nn.Module):
     """A module with a buffer and plain attributes of every kind a step may edit in place."""
@@ -47,6 +49,15 @@ def test_a_tensor_written_through_out_is_undone_and_the_op_gets_its_keyword_argu
     assert written.tolist() == [11.0, 22.0]
     assert x_after.tolist() == [31.0, 62.0]
     assert target.tolist() == [0.0, 0.0] and x.tolist() == [1.0, 2.0]
+
+
+def test_a_tensor_an_op_hands_back_through_a_keyword_argument_is_still_restored():
+    # pick's result is its keyword argument `b`: a view of existing memory, not a tensor the
+    # step made, so a later write to it is undone like any other
+    a, b = torch.ones(2), torch.zeros(2)
+    with preserved(None):
+        ops.pick(a, b=b).add_(7)
+    assert b.tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("make", [lambda: torch.zeros(3), lambda: torch.ones(3) * 0],
