@@ -4,6 +4,7 @@ On a machine without CUDA the graph backend captures TapeGraphs, which follow th
 as CUDA graphs; the CUDA tests at the end run the same checks with real CUDA graphs.
 """
 
+import time
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
-from graphrt.backends.piecewise import PiecewiseBackend
+from graphrt.backends.piecewise import PiecewiseBackend, Pieces
 from graphrt.config import PRESETS
 from graphrt.engine import decode, random_prompt
 from graphrt.equivalence import compare
@@ -131,6 +132,67 @@ def test_buckets_are_captured_largest_first(tiny):
     captures = [name for kind, name in events if kind == "push" and name.startswith("capture[")]
     assert captures == ["capture[bs=8]", "capture[bs=4]", "capture[bs=2]", "capture[bs=1]"]
     assert list(graph.graphs) == [8, 4, 2, 1]
+
+
+def bucket_graphs(backend: GraphBackend, bs: int) -> tuple:
+    """The graphs bucket `bs` replays: one, or a piecewise step's pieces."""
+    first = backend.graphs[bs][0]
+    return first.graphs if isinstance(first, Pieces) else (first,)
+
+
+TAPE_NOTE = ("TapeGraphs here: CUDA-graph semantics without a GPU, a correctness check, not a "
+             "speed claim (launch overhead exists only on CUDA)")
+
+
+@GRAPH_BACKENDS
+def test_prepare_reports_each_buckets_memory_and_what_lint_and_capture_took(tiny, backend_class):
+    backend = backend_class(tiny)
+    tiny.setup_cache(4, 16)
+    start = time.perf_counter()
+    report = backend.prepare(4)
+    wall = time.perf_counter() - start
+    held = {bs: sum(graph.memory_bytes for graph in bucket_graphs(backend, bs)) for bs in (4, 2, 1)}
+    # in capture order; a tape has no device memory of its own to report (CUDA graphs add device_bytes)
+    assert list(report.buckets.items()) == [(bs, {"pool_bytes": n}) for bs, n in held.items()]
+    assert report.memory_bytes == sum(held.values()) > 0
+    assert 0 < report.lint_seconds and 0 < report.seconds and report.lint_seconds + report.seconds < wall
+    assert report.notes == [TAPE_NOTE]
+
+
+def test_a_batch_above_the_captured_buckets_is_refused_at_the_step(tiny):
+    backend = GraphBackend(tiny)
+    tiny.setup_cache(4, 16)
+    backend.prepare(4)  # buckets 1, 2, 4
+    tokens, positions = torch.zeros(5, 1, dtype=torch.long), torch.zeros(5, dtype=torch.long)
+    with pytest.raises(GraphrtError, match=r"^batch 5 exceeds the largest captured bucket 4$"):
+        backend.step(tokens, positions)
+
+
+def test_a_step_copies_its_inputs_in_then_replays_its_bucket(tiny):
+    backend = GraphBackend(tiny)
+    tiny.setup_cache(4, 16)
+    backend.prepare(4)
+    with nvtx.record_to([]) as events:
+        backend.step(torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+    # no module ranges: on replay the model's Python does not run
+    assert events == [("push", "copy_in"), ("pop", "copy_in"), ("push", "replay[bs=4]"), ("pop", "replay[bs=4]")]
+
+
+@GRAPH_BACKENDS
+def test_every_tensor_a_backend_makes_is_on_the_models_device(backend_class):
+    # Under a meta default device, a tensor made without naming the model's device lands on
+    # meta, and the run breaks or differs from eager: on a GPU the same slip puts a static
+    # buffer on the CPU. Everything here, capture and decode included, runs under it.
+    model = build_model(PRESETS["tiny"], CPU, torch.float32, seed=0)
+    prompt = random_prompt(2, 5, model.config.vocab_size, seed=0)
+    with torch.device("meta"):
+        backend = backend_class(model)
+        model.setup_cache(backend.cache_rows(2), 5 + 6)
+        backend.prepare(2)
+        graph = decode(backend, prompt, steps=6)
+        eager = decode(EagerBackend(model), prompt, steps=6)
+    assert graph.tokens.device == CPU
+    assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -37,11 +37,15 @@ def counting_model() -> CountingQwen2:
 def test_a_python_position_stops_the_capture_naming_op_and_values():
     with pytest.raises(GraphCaptureError) as info:
         GraphBackend(counting_model()).prepare(1)
-    message = str(info.value)
-    assert message.startswith("the decode step would not replay like eager")
-    assert "--no-lint captures anyway" in message
-    assert ("aten.full_like.default in the step, outside any module: argument fill_value is 16 in "
-            "capture 1 and 17 in capture 2: a Python value read at capture; replay uses 16 forever") in message
+    # one line for the refusal, then one indented line per finding
+    assert str(info.value).splitlines() == [
+        "the decode step would not replay like eager (2 lint findings; --no-lint captures anyway):",
+        "  position: attribute position changed during the step (None -> 16): a replay runs no "
+        "Python, so it never changes again (and ops that read it replay the captured value)",
+        "  aten.full_like.default in the step, outside any module: argument fill_value is 16 in "
+        "capture 1 and 17 in capture 2: a Python value read at capture; replay uses 16 forever; "
+        "pass it in a static input tensor",
+    ]
 
 
 def test_without_the_lint_the_same_step_captures_and_replays_wrong():
