@@ -51,7 +51,7 @@ class StepTimer:
     """
 
     def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+        self.cuda = device.type == "cuda"  # pragma: no mutate (CUDA only)
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # pragma: no mutate (CUDA only)
         self._cpu_ms: list[float] = []
 
