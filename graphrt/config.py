@@ -153,9 +153,9 @@ def from_hf_dir(path: str | Path) -> ModelConfig:
             max_position_embeddings=raw.get("max_position_embeddings", 32768),
             rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
             rope_theta=rope_theta,
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings")),
             torch_dtype=dtype,
-            use_sliding_window=bool(raw.get("use_sliding_window", False)),
+            use_sliding_window=bool(raw.get("use_sliding_window")),
         )
     except ConfigError as e:
         raise GraphrtError(f"{file}: {e.problem}") from None

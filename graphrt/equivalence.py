@@ -31,11 +31,12 @@ class Equivalence:
 def compare(reference: Generation, other: Generation) -> Equivalence:
     """Compare `other` with `reference`; logits only up to the first differing token, since
     after it the two decodes see different inputs."""
-    differs = (reference.tokens != other.tokens).nonzero()
-    # tokens[:, 0] comes from the shared eager prefill; column j >= 1 from decode step j - 1
+    # (column, sequence) of each differing token, earliest column first, then lowest sequence;
+    # tokens[:, 0] comes from the shared eager prefill, column j >= 1 from decode step j - 1
+    differs = (reference.tokens != other.tokens).T.nonzero()
     first = None
     if len(differs):
-        seq, col = min(differs.tolist(), key=lambda sc: (sc[1], sc[0]))
+        col, seq = differs[0].tolist()
         first = (col - 1, seq)
     limit = min(len(reference.logits), len(other.logits))
     if first is not None:

@@ -230,4 +230,4 @@ class Qwen2ForCausalLM(nn.Module):
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """logits [B, V] -> next token ids [B, 1], on the device."""
-    return logits.argmax(dim=-1, keepdim=True)
+    return logits.argmax(dim=1, keepdim=True)

@@ -112,11 +112,9 @@ class AttributeSnapshot:
     def restore(self) -> None:
         """Put every attribute back (an in-place edited list gets its old items back) and drop
         the ones added since."""
-        kept = {(id(module), key) for module, key, _, _ in self.values.values()}
         for module in self.modules:
             for key in [k for k in vars(module) if k not in _MODULE_INTERNALS]:
-                if (id(module), key) not in kept:
-                    del vars(module)[key]
+                del vars(module)[key]
         for module, key, value, copy in self.values.values():
             if isinstance(value, list):
                 value[:] = copy
@@ -135,7 +133,7 @@ def preserved(model: nn.Module | None, skip: set[int] = frozenset()) -> Iterator
     """
     attributes = AttributeSnapshot(model)
     cpu_rng = torch.random.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # pragma: no mutate (CUDA only)
     backup = WriteBackup(skip)
     try:
         with backup:
@@ -144,5 +142,5 @@ def preserved(model: nn.Module | None, skip: set[int] = frozenset()) -> Iterator
         backup.restore()
         attributes.restore()
         torch.random.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
+        if cuda_rng is not None:  # pragma: no mutate block (CUDA only)
             torch.cuda.set_rng_state_all(cuda_rng)

@@ -127,5 +127,5 @@ def look_up(nodes: Mapping[int, tuple[str, ...]], node_ids: Sequence[int | None]
     """Attribute each item by the graph node it was replayed from, from the stacks recorded per
     node at capture: exact, with nothing guessed. An item with no node, or with one `nodes` does
     not hold, is unattributed."""
-    stacks = [None if node is None else nodes.get(node) for node in node_ids]
+    stacks = [nodes.get(node) for node in node_ids]  # no node (None) is no key
     return Attribution(stacks, [UNATTRIBUTED if s is None else MATCHED for s in stacks])
