@@ -99,6 +99,45 @@ def test_a_domain_is_named_for_its_process_whichever_thread_created_it(tmp_path)
         ("decode_step[eager]", "graphrt"), ("registered", ""), ("elsewhere", "")]
 
 
+def _sqlite(path: Path, *statements: str) -> None:
+    with closing(sqlite3.connect(path)) as db:
+        for statement in statements:
+            db.execute(statement)
+        db.commit()
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: p.write_bytes(b"plain text"),
+     "{path}: not an SQLite file; expected an Nsight Systems export (nsys export --type sqlite)"),
+    (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 200),
+     "{path}: cannot read this SQLite file (file is not a database)"),
+    (lambda p: _sqlite(p, "CREATE TABLE t (x)"),
+     "{path}: an SQLite file but not an Nsight Systems export (no StringIds table); expected the "
+     "output of nsys export --type sqlite"),
+    (lambda p: _sqlite(p, "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)",
+                       f"CREATE VIEW {KERNEL} AS SELECT * FROM nowhere"),
+     "{path}: cannot read this Nsight Systems export (no such table: main.nowhere)"),
+], ids=["not-sqlite", "corrupt", "no-string-ids", "broken-table"])
+def test_what_is_not_a_readable_export_is_refused_in_one_line_naming_it(tmp_path, make, said):
+    path = tmp_path / "other.sqlite"
+    make(path)
+    with pytest.raises(GraphrtError) as refused:
+        nsys_sqlite.read_nsys_sqlite(path)
+    assert str(refused.value) == said.format(path=path)
+
+
+def test_a_report_without_nsys_to_export_it_says_how_to_get_either(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    report = tmp_path / "decode.nsys-rep"
+    report.write_bytes(b"a report")
+    with pytest.raises(GraphrtError) as refused:
+        load_trace(report)
+    assert str(refused.value) == (
+        f"{report}: reading a report needs the Nsight Systems CLI (nsys) on PATH to export it to "
+        "SQLite; install it (NVIDIA's installer, or scripts/install-nsys.sh on Debian) or pass the "
+        "SQLite export instead (nsys export --type sqlite -o decode.sqlite decode.nsys-rep)")
+
+
 _FAKE_NSYS = """#!{python}
 import pathlib, sys, time
 out = pathlib.Path(sys.argv[sys.argv.index("-o") + 1])
