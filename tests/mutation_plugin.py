@@ -5,9 +5,10 @@ suite, and stops at the first failure (-x). So a killed mutant costs the tests t
 its killer, and a surviving one costs all of them. This plugin, active only under mutmut (which
 sets MUTANT_UNDER_TEST), orders each mutant's tests:
 
-1. tests that have already killed another mutant of the same function, most kills first: the
-   mutants of one function tend to fall to the same test;
-2. then the quickest first, by the times mutmut measured in its stats run.
+1. tests that have already killed another mutant of the same function: the mutants of one
+   function tend to fall to the same few tests;
+2. then the others; within each, the cheapest first, by what each test cost in the stats run,
+   shared fixtures included (`mutmut-test-seconds.json`, below).
 
 Every mutant's run appends a line to `mutmut-times.tsv` (mutant, seconds, tests run, the test
 that killed it or nothing), and every kill a line to `mutmut-killers.tsv` (function, test).
@@ -18,7 +19,9 @@ In mutmut's stats run, which decides the tests each mutant runs by the functions
 calls, a fixture shared by several tests (module or session scope) is built once, inside the
 first test that asks for it, and mutmut credits what it calls to that test alone. Yet under a
 mutant it is built anew for whichever of its tests runs, and any of them may be the one that
-notices. `StatsRun` credits a shared fixture's calls to every test that uses it.
+notices. `StatsRun` credits a shared fixture's calls to every test that uses it, and charges
+each test the full cost of the shared fixtures it uses (a mutant's run builds them again for
+whichever of their tests runs first): what it writes to `mutmut-test-seconds.json`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import pytest
 
 KILLERS = Path("mutmut-killers.tsv")
 TIMES = Path("mutmut-times.tsv")
+TEST_SECONDS = Path("mutmut-test-seconds.json")
 
 
 def function_of(mutant: str) -> str | None:
@@ -45,18 +49,21 @@ def function_of(mutant: str) -> str | None:
     return match.group(1) if match else None
 
 
+def _read_seconds() -> dict[str, float]:
+    return json.loads(TEST_SECONDS.read_text()) if TEST_SECONDS.is_file() else {}
+
+
 @cache
 def seconds_by_test() -> dict[str, float]:
-    """Each test's time in mutmut's stats run: read once, in the process mutants fork from."""
-    stats = Path("mutmut-stats.json")
-    return json.loads(stats.read_text())["duration_by_test"] if stats.is_file() else {}
+    """Each test's cost in the stats run: read once, in the process mutants fork from."""
+    return _read_seconds()
 
 
-def kills_by_test(function: str) -> Counter:
+def killers_of(function: str) -> set[str]:
     if not KILLERS.is_file():
-        return Counter()
+        return set()
     lines = (line.split("\t") for line in KILLERS.read_text().splitlines())
-    return Counter(test for fn, test in lines if fn == function)
+    return {test for fn, test in lines if fn == function}
 
 
 def append_line(path: Path, *fields: object) -> None:
@@ -77,7 +84,11 @@ class StatsRun:
         from mutmut.state import state
 
         self.state = state()
-        self.calls: dict[pytest.FixtureDef, set[str]] = {}
+        self.calls: dict[pytest.FixtureDef, set[str]] = {}  # what each shared fixture called
+        self.setup_seconds: Counter = Counter()  # what building each shared fixture took
+        self.shared: dict[str, list[pytest.FixtureDef]] = {}  # test -> the shared fixtures it uses
+        self.seconds: Counter = Counter()  # test -> its phases' time, less shared fixtures built in it
+        self.building = 0.0  # shared-fixture time spent inside the running test
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef):
@@ -85,17 +96,36 @@ class StatsRun:
             yield
             return
         outer, self.state._stats = self.state._stats, set()
+        start = time.perf_counter()
         try:
             yield
         finally:
+            spent = time.perf_counter() - start
+            self.setup_seconds[fixturedef] += spent
+            self.building += spent
             inner = self.state._stats
             self.calls.setdefault(fixturedef, set()).update(inner)
             self.state._stats = outer | inner
 
     @pytest.hookimpl(tryfirst=True)  # before mutmut's own teardown hook reads the calls
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        for defs in item._fixtureinfo.name2fixturedefs.values():
-            self.state._stats.update(self.calls.get(defs[-1], ()))
+        active = [defs[-1] for defs in item._fixtureinfo.name2fixturedefs.values()]
+        self.shared[item.nodeid] = [d for d in active if d.scope != "function"]
+        for fixturedef in self.shared[item.nodeid]:
+            self.state._stats.update(self.calls.get(fixturedef, ()))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] += report.duration
+        if report.when == "teardown":
+            self.seconds[report.nodeid] -= self.building
+            self.building = 0.0
+
+    def pytest_sessionfinish(self) -> None:
+        seconds = _read_seconds()  # a stats run of new tests only adds to what is there
+        for test, own in self.seconds.items():
+            shared = self.shared.get(test, [])
+            seconds[test] = max(own, 0.0) + sum(self.setup_seconds[d] for d in shared)
+        TEST_SECONDS.write_text(json.dumps(seconds))
 
 
 class MutantRun:
@@ -112,8 +142,8 @@ class MutantRun:
         seconds = seconds_by_test()
         if self.function is None:
             return
-        kills = kills_by_test(self.function)
-        items.sort(key=lambda item: (-kills[item.nodeid], seconds.get(item.nodeid, float("inf"))))
+        killers = killers_of(self.function)
+        items.sort(key=lambda item: (item.nodeid not in killers, seconds.get(item.nodeid, float("inf"))))
 
     def pytest_collection_finish(self) -> None:
         # Freeze what collection made (torch, transformers, the test modules) out of the garbage
