@@ -156,7 +156,7 @@ def test_prepare_reports_each_buckets_memory_and_what_lint_and_capture_took(tiny
     assert list(report.buckets.items()) == [(bs, {"pool_bytes": n}) for bs, n in held.items()]
     assert report.memory_bytes == sum(held.values()) > 0
     assert 0 < report.lint_seconds and 0 < report.seconds and report.lint_seconds + report.seconds < wall
-    assert report.notes == [TAPE_NOTE]
+    assert backend.kind == "tape" and report.notes == [TAPE_NOTE]
 
 
 def test_a_batch_above_the_captured_buckets_is_refused_at_the_step(tiny):
@@ -225,8 +225,15 @@ def test_malformed_buckets(text, message):
 
 def test_batch_above_the_largest_bucket_is_an_error(tiny):
     backend = GraphBackend(tiny, buckets=(1, 2, 4))
-    with pytest.raises(GraphrtError, match="batch 6 exceeds the largest graph bucket 4"):
+    with pytest.raises(GraphrtError) as refused:
         backend.cache_rows(6)
+    assert str(refused.value) == ("batch 6 exceeds the largest graph bucket 4 (--buckets 1,2,4); "
+                                  "add a bucket of at least 6")
+
+
+def test_a_step_before_any_capture_says_to_prepare_first(tiny):
+    with pytest.raises(GraphrtError, match=r"^the graph backend has captured nothing yet: call prepare\(max_batch\) first$"):
+        GraphBackend(tiny).step(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
 
 
 class HostSyncQwen2(Qwen2ForCausalLM):

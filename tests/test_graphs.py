@@ -345,12 +345,28 @@ def test_memory_counts_each_storage_the_capture_allocated_once() -> None:
         y = x @ weight  # 2 * 8 float32 = 64 bytes, new
         z = torch.empty(2, 8)  # 64 bytes, new
         torch.mul(y, 2.0, out=z)  # writes into z: nothing new
-        return y, y.view(16), y[0], z.t(), z
+        x.mul_(1.0)  # writes into the input: nothing new
+        return y, y.view(16), y[0], z.t(), z, weight.t()
 
     graph, _ = capture(step, device="cpu")
     # y and z each once, however many views of them the tape and the output hold;
     # the weight and the input existed before the capture and are not counted.
     assert graph.memory_bytes == 64 + 64
+
+
+def test_an_op_handing_back_a_keyword_argument_is_a_view_the_tape_neither_replays_nor_holds() -> None:
+    a, b = torch.ones(2), torch.zeros(2)
+    graph, out = capture(lambda: ops.pick(a, b=b), device="cpu", warmup=0)
+    assert out is b and len(graph) == 0 and graph.memory_bytes == 0
+
+
+def test_an_op_replayed_through_its_out_overload_keeps_its_keyword_arguments() -> None:
+    x, y = torch.ones(3), torch.ones(3)
+    graph, out = capture(lambda: torch.add(x, y, alpha=2.0), device="cpu", warmup=0)
+    assert graph.op_names == ("aten.add.Tensor",)
+    x.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    graph.replay()
+    assert out.tolist() == [3.0, 4.0, 5.0]
 
 
 def test_ops_that_change_a_tensors_layout_in_place_replay_correctly() -> None:
@@ -409,6 +425,20 @@ def test_an_op_recorded_on_a_view_that_later_moves_in_its_storage_replays_where_
     flat = (a * 2).view(12)
     assert torch.equal(out, flat[2:6].sum())
     assert not torch.equal(out, flat[6:10].sum())  # the two windows differ here
+
+
+def test_the_guard_a_cuda_capture_runs_under_lets_random_ops_through_and_runs_each_op_as_called() -> None:
+    # A CUDA graph replays random ops with fresh numbers, so a CUDA capture allows them; it
+    # records nothing itself (torch.cuda.graph does), but still refuses a host sync.
+    from graphrt.graphs.tape import CaptureMode
+
+    x, y = torch.ones(3), torch.ones(3)
+    with CaptureMode(record=False, allow_random=True) as guard:
+        noise = torch.rand(3)
+        y.add_(x, alpha=2.0)
+        with pytest.raises(GraphCaptureError, match=r"aten\._local_scalar_dense\.default: .*host"):
+            x.sum().item()
+    assert guard.entries == [] and noise.shape == (3,) and y.tolist() == [3.0] * 3
 
 
 def test_a_cuda_pool_needs_a_cuda_device() -> None:

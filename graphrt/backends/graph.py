@@ -78,12 +78,12 @@ class GraphBackend(Backend):
     name = "graph"
 
     def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
-                 lint: bool = True, annotate: bool = False):
+                 lint: bool = True, annotate: bool = False):  # pragma: no mutate (annotate: CUDA only)
         super().__init__(model)
         self.requested = buckets
         self.lint = lint
-        self.annotate = annotate
-        self.buckets: tuple[int, ...] = ()
+        self.annotate = annotate  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
+        self.buckets: tuple[int, ...] = ()  # pragma: no mutate (None reads as no buckets too)
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
         self.kind = graph_kind(model.lm_head.weight.device)
 
@@ -100,6 +100,8 @@ class GraphBackend(Backend):
         return self._buckets_for(batch)[-1]  # the largest capture writes that many rows
 
     def bucket(self, batch: int) -> int:
+        if not self.buckets:
+            raise GraphrtError("the graph backend has captured nothing yet: call prepare(max_batch) first")
         for b in self.buckets:
             if b >= batch:
                 return b

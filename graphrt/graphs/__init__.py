@@ -118,8 +118,8 @@ def new_pool(device: torch.device | str, kind: Literal["auto", "cuda", "tape"] =
     resolved = graph_kind(device, kind)
     if resolved != "cuda":  # pragma: no mutate (CUDA only)
         return GraphPool(device=device, kind=resolved)
-    return GraphPool(device=device, kind=resolved, handle=torch.cuda.graph_pool_handle(),  # pragma: no mutate (CUDA only)
-                     stream=torch.cuda.Stream(device))  # pragma: no mutate
+    handle, stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)  # pragma: no mutate (CUDA only)
+    return GraphPool(device=device, kind=resolved, handle=handle, stream=stream)  # pragma: no mutate (CUDA only)
 
 
 def capture(
