@@ -99,3 +99,17 @@ def test_a_cpu_trace_without_steps_is_one_timeline_of_its_top_level_ops():
 def test_an_empty_trace_is_an_empty_timeline_at_zero():
     whole = whole_trace(Trace("t", "chrome"))
     assert (whole.start_ns, whole.end_ns, whole.work, whole.launches) == (0, 0, [], [])
+
+
+def test_a_profiler_step_also_holds_the_top_level_ops_its_process_ran_on_other_threads_meanwhile():
+    # ProfilerStep#3 on thread 1 spans 100..200. Thread 2 of the same process runs ops as it
+    # starts, inside it, as it ends and after it; another process runs one inside it.
+    step = Range("ProfilerStep#3", 100, 200, PID, TID)
+    ops = [CpuOp("aten::add", 100, 110, PID, 2),  # 0: at its start
+           CpuOp("aten::mm", 120, 130, PID, TID),  # 1: on its own thread
+           CpuOp("aten::mul", 150, 160, PID, 2),  # 2: inside
+           CpuOp("aten::div", 150, 160, PID + 1, 2),  # 3: another process
+           CpuOp("aten::relu", 200, 210, PID, 2),  # 4: at its end
+           CpuOp("aten::sub", 230, 240, PID, 2)]  # 5: after it
+    # its own thread's op, then the other thread's, in order
+    assert Membership.of(Trace("t", "chrome", ranges=[step], cpu_ops=ops)).ops == [[1, 0, 2, 4]]
