@@ -130,3 +130,70 @@ def test_a_malformed_tokenizer_is_a_clear_error(cli, tmp_path):
 def test_ids_outside_the_models_vocabulary_are_refused():
     with pytest.raises(GraphrtError, match="token id 512 is outside tiny's vocabulary of 512"):
         run(RunSpec(model="tiny", steps=2, prompt_ids=((3, 512),)))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The test tokenizer alone, for the rules that need no model."""
+    return train_tokenizer()
+
+
+def _ids(tokenizer, *texts: str) -> torch.Tensor:
+    """One row of ids per text (texts of the same number of tokens), as a run's `generated` holds them."""
+    return torch.tensor([tokenizer.encode(t).ids for t in texts])
+
+
+def test_each_row_lists_its_prompt_then_each_modes_continuation_quoted_and_lined_up(tokenizer):
+    prompts = text.encode_rows(tokenizer, ["Über straße,", "tiny kernels;\nthe"], batch=1)
+    generated = {"eager": _ids(tokenizer, " naïve café", " jumps over"),
+                 "compiled": _ids(tokenizer, " the lazy dog", " over the lazy")}
+    # quoted as JSON shows a newline as \n and leading spaces plainly; non-ASCII stays as it is,
+    # and the modes' names are padded to the longest ("compiled") so the arrows line up
+    assert text.continuation_lines(tokenizer, prompts, generated) == [
+        'row 0: "Über straße,"',
+        '  eager    → " naïve café"',
+        '  compiled → " the lazy dog"',
+        'row 1: "tiny kernels;\\nthe"',
+        '  eager    → " jumps over"',
+        '  compiled → " over the lazy"',
+    ]
+    # with no mode's output, the prompts alone
+    assert text.continuation_lines(tokenizer, prompts, {}) == [
+        'row 0: "Über straße,"', 'row 1: "tiny kernels;\\nthe"']
+
+
+def test_decoding_keeps_special_tokens_as_hf_decode_does(tokenizer):
+    end = tokenizer.token_to_id("<|endoftext|>")
+    row = [*tokenizer.encode("The quick").ids, end]
+    assert text.decode_rows(tokenizer, [row]) == ["The quick<|endoftext|>"]
+    assert text.decode_rows(tokenizer, torch.tensor([row, row])) == ["The quick<|endoftext|>"] * 2
+
+
+@pytest.mark.parametrize("count, batch, rows", [
+    (1, 3, 3),  # one prompt fills every row
+    (2, 1, 2),  # one row per prompt, --batch left at 1
+    (2, 2, 2),  # ... or given as the number of prompts
+])
+def test_one_prompt_fills_the_batch_and_several_give_one_row_each(tokenizer, count, batch, rows):
+    prompts = ["The quick brown fox", "Graphs replay"][:count]
+    got = text.encode_rows(tokenizer, prompts, batch=batch)
+    assert len(got) == rows
+    assert text.decode_rows(tokenizer, [list(r) for r in got]) == (prompts * rows)[:rows]
+
+
+def test_two_prompts_with_a_batch_of_three_is_a_clear_error(tokenizer):
+    with pytest.raises(GraphrtError) as raised:
+        text.encode_rows(tokenizer, ["a", "b"], batch=3)
+    assert str(raised.value) == "--batch 3 with 2 --prompt values: give one prompt for all rows or one --prompt per row"
+
+
+def test_a_malformed_tokenizer_is_reported_with_the_librarys_own_reason(tmp_path):
+    path = tmp_path / text.TOKENIZER_FILE
+    path.write_text('{"model": 3}')
+    with pytest.raises(Exception) as library:  # what the tokenizers library itself says of the file
+        tokenizers.Tokenizer.from_file(str(path))
+    reason = str(library.value).splitlines()[0]
+    assert reason  # the library gives a reason (a line that says where it failed)
+    with pytest.raises(GraphrtError) as raised:
+        text.load_tokenizer(str(tmp_path))
+    assert str(raised.value) == f"{path}: not a tokenizer the tokenizers library reads ({reason})"
