@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from graphrt.config import PRESETS
-from graphrt.testing import assert_replays_like_eager, compare_replay, first_difference
+from graphrt.testing import (ReplayComparison, assert_lint_clean, assert_replays_like_eager, compare_replay,
+                             first_difference)
 from graphrt.weights import build_model
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -114,6 +115,178 @@ def test_first_difference_honours_the_stated_tolerance():
     assert differs.startswith("output 0 at (1,) is 2.001, eager's 2") and largest == pytest.approx(1e-3, rel=1e-3)
     assert first_difference(eager, (close[0], torch.tensor([5])), atol=1)[0] == "output 1 at (0,) is 5, eager's 4"
     assert "nan" in first_difference(eager, (torch.tensor([1.0, float("nan"), 3.0]), eager[1]), atol=1)[0]
+
+
+def test_a_step_given_as_a_function_is_linted_against_the_model_it_is_told_about():
+    # A function has no module of its own: `model=` is what names the module in a finding.
+    decoder = PythonPositionDecoder().eval()
+    with pytest.raises(AssertionError, match=re.escape(
+            "aten.select.int in (PythonPositionDecoder): argument index is 0 in capture 1 and 1 in capture 2")):
+        assert_lint_clean(lambda token, position: decoder(token, position),
+                          [(torch.tensor([1]), 0), (torch.tensor([2]), 1)], model=decoder)
+
+
+class LazyScale(nn.Module):
+    """Sets a Python attribute on its first call only: lint-clean, since a graph is captured
+    after warmup, but a change to the model all the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = None
+
+    def forward(self, x):
+        if self.scale is None:
+            self.scale = 0.5
+        return x * self.scale
+
+
+@pytest.mark.parametrize("as_function", [False, True], ids=["module", "function-with-model"])
+def test_the_check_leaves_the_model_attributes_as_it_found_them(as_function):
+    # The lint's first call, the eager run, the warmup and the capture all set `scale`; each is
+    # undone, and a replay runs no Python, so the model ends as it started.
+    model = LazyScale()
+    step, kwargs = (lambda x: model(x), {"model": model}) if as_function else (model, {})
+    result = assert_replays_like_eager(step, torch.ones(2), next_inputs=lambda out, x: out, **kwargs)
+    assert result == ReplayComparison(steps=8, divergence=None, max_abs_diff=0.0)
+    assert model.scale is None
+
+
+class CountsCalls(nn.Module):
+    """Returns, next to a tensor, how often it has run: a Python value, which a graph freezes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2, self.calls
+
+
+@pytest.mark.parametrize("as_function", [False, True], ids=["module", "function-with-model"])
+def test_a_python_value_the_step_returns_is_frozen_by_the_graph(as_function):
+    # The capture saw calls == 1 (the eager run and warmup before it were undone), so every
+    # replay returns 1; the tensor output matches throughout.
+    model = CountsCalls()
+    step, kwargs = (lambda x: model(x), {"model": model}) if as_function else (model, {})
+    result = compare_replay(step, torch.ones(2), steps=3, **kwargs)
+    assert result == ReplayComparison(steps=3, divergence="step 1: output 1 is 1, eager's 2", max_abs_diff=0.0)
+    assert model.calls == 0
+
+
+class Accumulator(nn.Module):
+    """Adds each step's input into a buffer it returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total
+
+
+@pytest.mark.parametrize("check", [compare_replay, assert_replays_like_eager])
+def test_a_bare_tensor_input_is_given_again_to_each_of_the_default_eight_steps(check):
+    # A lone tensor needs no tuple; with no `next_inputs` every step gets it again.
+    model = Accumulator()
+    assert check(model, torch.ones(3)) == ReplayComparison(steps=8, divergence=None, max_abs_diff=0.0)
+    assert torch.equal(model.total, torch.full((3,), 8.0))  # the graph run's eight steps stay
+
+
+class CacheWriter(nn.Module):
+    """Writes each value into its cache at a Python position and returns the cache itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4))
+
+    def forward(self, value, position: int):
+        self.cache[position] = value
+        return self.cache
+
+
+def test_a_step_returning_its_cache_is_compared_with_the_cache_eager_returned_at_that_step():
+    # Eager returns the same buffer every step, and its writes to it are undone before the
+    # replays: each step's output is kept as a copy, or the replay, which writes the frozen
+    # slot 0, would be compared with itself.
+    value = torch.tensor(1.0)
+    result = compare_replay(CacheWriter(), (value, 0), steps=3,
+                            next_inputs=lambda cache, value, position: (value + 1, position + 1))
+    assert result == ReplayComparison(
+        steps=3, divergence="step 1: the output at (1,) is 0, eager's 2 (|Δ| 2 > atol 0 + rtol 0 × |eager|)",
+        max_abs_diff=0.0)
+    assert value.item() == 1.0  # the step is fed through copies: the caller's input is never written
+
+
+def scaled(x, scale: float):
+    return x * scale
+
+
+def raise_scale(out, x, scale):
+    return x, scale + 0.01
+
+
+FROZEN_SCALE = "step 1: the output at (0,) is 1, eager's 1.01 (|Δ| 0.01 > atol 0 + rtol 0 × |eager|)"
+
+
+def test_without_a_tolerance_a_frozen_python_float_fails_at_the_first_step_it_changes():
+    # The graph keeps the scale it was captured with (1.0); eager's grows by 0.01 a step.
+    assert compare_replay(scaled, (torch.ones(1), 1.0), steps=3, next_inputs=raise_scale) == ReplayComparison(
+        steps=3, divergence=FROZEN_SCALE, max_abs_diff=0.0)
+    with pytest.raises(AssertionError) as failure:
+        assert_replays_like_eager(scaled, (torch.ones(1), 1.0), steps=3, next_inputs=raise_scale, lint=False)
+    assert str(failure.value) == f"replay differs from eager: {FROZEN_SCALE}"
+
+
+@pytest.mark.parametrize("tolerance", [{"atol": 0.05}, {"rtol": 0.05}], ids=["atol", "rtol"])
+def test_a_difference_within_the_stated_tolerance_passes(tolerance):
+    # Over three steps the frozen scale is off by at most 0.02 (at |eager| 1.02).
+    result = compare_replay(scaled, (torch.ones(1), 1.0), steps=3, next_inputs=raise_scale, **tolerance)
+    assert result.matches and result.max_abs_diff == pytest.approx(0.02, rel=1e-3)
+    assert assert_replays_like_eager(scaled, (torch.ones(1), 1.0), steps=3, next_inputs=raise_scale, lint=False,
+                                     **tolerance).matches
+
+
+def shifted(x, shift: float):
+    return x + shift
+
+
+def test_a_tolerated_difference_fed_back_as_an_input_fails_as_an_input_difference():
+    # Each output becomes the next input. Step 1's output is within atol; fed back, it makes
+    # step 2's inputs differ from eager's, and inputs must match exactly whatever the tolerance.
+    result = compare_replay(shifted, (torch.zeros(1), 0.1), steps=4, atol=0.015,
+                            next_inputs=lambda out, x, shift: (out, shift + 0.01))
+    assert result.steps == 4 and result.max_abs_diff == pytest.approx(0.01, rel=1e-3)
+    assert result.divergence == ("step 2: its inputs differ from eager's "
+                                 "(input 0 at (0,) is 0.2, eager's 0.21 (|Δ| 0.01 > atol 0 + rtol 0 × |eager|))")
+
+
+@pytest.mark.parametrize("eager, other, expected", [
+    (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]),
+     ("the output at (1,) is 2.5, eager's 2 (|Δ| 0.5 > atol 0 + rtol 0 × |eager|)", 0.5)),
+    (torch.zeros(3), torch.zeros(2), ("the output is torch.float32 [2], eager's torch.float32 [3]", 0.0)),
+    (torch.zeros(3), torch.zeros(3, dtype=torch.float64),
+     ("the output is torch.float64 [3], eager's torch.float32 [3]", 0.0)),
+    ((3, torch.tensor([4]), torch.tensor([1.0])), (3, torch.tensor([4]), torch.tensor([2.0])),
+     ("output 2 at (0,) is 2, eager's 1 (|Δ| 1 > atol 0 + rtol 0 × |eager|)", 1.0)),
+    (torch.zeros(0, 4), torch.zeros(0, 4), (None, 0.0)),
+], ids=["single-output", "shape", "dtype", "past-equal-leaves", "empty"])
+def test_first_difference_says_where_and_how_the_outputs_differ(eager, other, expected):
+    # Without a tolerance, floats must match bitwise; a lone output is "the output".
+    assert first_difference(eager, other) == expected
+
+
+def test_a_nan_is_the_worst_difference_in_an_output():
+    # An output's worst element is reported, and a NaN is worse than any finite difference.
+    differs, _ = first_difference(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.5, 2.0, float("nan")]))
+    assert differs == "the output at (2,) is nan, eager's 3 (|Δ| nan > atol 0 + rtol 0 × |eager|)"
+
+
+def test_a_different_structure_is_reported_before_any_value():
+    differs, largest = first_difference((torch.ones(1),), (torch.ones(1), torch.full((1,), 5.0)))
+    assert differs.startswith("the output's structure is ")
+    assert largest == 0.0  # no values were compared
 
 
 @pytest.mark.cuda
