@@ -408,3 +408,24 @@ def test_a_tape_capture_itself_refuses_a_branch_on_tensor_data_naming_the_module
         capture(lambda: model(X0, torch.tensor([3])), device="cpu", warmup=0)
     assert str(info.value).startswith("aten.is_nonzero.default in body (BranchOnData): operation "
                                       "not permitted while capturing (a host sync")
+
+
+def scaled(x, scale):
+    return x * scale
+
+
+NAN = float("nan")
+
+
+MUL = "aten.mul.Tensor in the step, outside any module: argument other is"
+
+
+@pytest.mark.parametrize("scales, findings", [
+    ((NAN, NAN), []),  # NaN != NaN, yet both captures read the same value
+    ((1.0, NAN), [f"{MUL} 1.0 in capture 1 and nan in capture 2"]),
+    ((NAN, 1.0), [f"{MUL} nan in capture 1 and 1.0 in capture 2"]),
+    ((2, 2.0), [f"{MUL} 2 in capture 1 and 2.0 in capture 2"]),  # equal, but an int is no float
+])
+def test_a_python_scalar_is_the_same_in_two_captures_when_equal_and_of_one_type_or_both_nan(scales, findings):
+    report = lint_step(scaled, [(X0, scale) for scale in scales])
+    assert [str(f).split(": a Python value")[0] for f in report.findings] == findings

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphrt.graphs.restore import preserved
+from graphrt.graphs.restore import AttributeSnapshot, preserved
 from graphrt.opcount import storage_key
 
 from custom_ops import ops
@@ -132,3 +132,31 @@ def test_state_is_put_back_when_the_step_fails():
             model.seen.clear()
             raise RuntimeError("step failed")
     assert torch.equal(model.cache, torch.arange(6.0)) and model.seen == [1, 2]
+
+
+class Recomputes(nn.Module):
+    """Rebinds its attributes on every call: to new objects, equal or not to the old ones."""
+
+    def forward(self, x):
+        rows = float(x.shape[0])  # a new float object each call
+        self.sizes = [rows, ("rows", rows)]
+        self.by_name = {"rows": [rows]}
+        self.label = "".join(["r", str(int(rows))])
+        self.scale = rows if x.dtype == torch.float32 else int(rows)
+        self.last = x[:1] * 1  # a new one-element tensor each call, equal to the last
+        return x
+
+
+def test_an_attribute_rebound_to_an_equal_value_is_unchanged_but_a_new_tensor_or_type_is_a_change():
+    # Containers are compared item by item, other values by ==, tensors by identity: a graph
+    # keeps reading the tensor it captured, so a new one is a change even with equal values.
+    model = Recomputes()
+    model(torch.ones(2))
+    before = AttributeSnapshot(model)
+    model(torch.ones(2))
+    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["last"]
+    model(torch.ones(3))
+    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == [
+        "sizes", "by_name", "label", "scale", "last"]
+    model(torch.ones(2, dtype=torch.float64))  # 2 where it was 2.0: equal, but an int
+    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["scale", "last"]

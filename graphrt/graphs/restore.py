@@ -71,7 +71,7 @@ def _same(a: Any, b: Any) -> bool:
     containers element by element, anything else by `==`."""
     if a is b:
         return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or type(a) is not type(b):
+    if isinstance(a, torch.Tensor) or type(a) is not type(b):  # (so b is no tensor either)
         return False
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
