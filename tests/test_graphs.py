@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphrt.errors import GraphrtError
-from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, new_pool
+from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, graph_kind, new_pool
 from graphrt.opcount import count_ops, op_names
 
 from custom_ops import ops
@@ -354,6 +354,23 @@ def test_memory_counts_each_storage_the_capture_allocated_once() -> None:
     assert graph.memory_bytes == 64 + 64
 
 
+def test_memory_counts_what_only_the_tape_holds_and_what_only_the_output_holds() -> None:
+    weight, x = torch.randn(8, 8), torch.randn(2, 8)
+
+    def step():
+        hidden = x @ weight  # 64 bytes the tape keeps for the sum to read; not returned
+        return hidden.sum(0), torch.empty(4)  # 32 bytes; 16 bytes no op of the tape holds
+
+    graph, _ = capture(step, device="cpu")
+    assert graph.memory_bytes == 64 + 32 + 16
+
+
+def test_a_capture_warms_up_three_times_by_default_then_records_one_call_on_its_device() -> None:
+    calls = []
+    graph, _ = capture(lambda: calls.append(len(calls)) or torch.ones(1) * 2, device=torch.device("cpu"))
+    assert len(calls) == 3 + 1 and graph.device == torch.device("cpu")
+
+
 def test_an_op_handing_back_a_keyword_argument_is_a_view_the_tape_neither_replays_nor_holds() -> None:
     a, b = torch.ones(2), torch.zeros(2)
     graph, out = capture(lambda: ops.pick(a, b=b), device="cpu", warmup=0)
@@ -444,6 +461,18 @@ def test_the_guard_a_cuda_capture_runs_under_lets_random_ops_through_and_runs_ea
 def test_a_cuda_pool_needs_a_cuda_device() -> None:
     with pytest.raises(GraphrtError, match="graph kind 'cuda' needs a CUDA device, got device 'cpu'"):
         new_pool("cpu", kind="cuda")
+
+
+def test_a_cuda_capture_needs_a_cuda_device() -> None:
+    with pytest.raises(GraphrtError, match="graph kind 'cuda' needs a CUDA device, got device 'cpu'"):
+        capture(lambda: torch.ones(1) * 2, device="cpu", kind="cuda")
+
+
+@pytest.mark.parametrize("device, kind", [("cuda", "cuda"), ("cuda:1", "cuda"), ("cpu", "tape"), ("meta", "tape")])
+def test_auto_picks_a_cuda_graph_on_a_cuda_device_and_a_tape_elsewhere(device, kind) -> None:
+    # graph_kind only names the implementation: no CUDA is needed to ask
+    assert graph_kind(device) == graph_kind(torch.device(device), "auto") == kind
+    assert graph_kind(device, "tape") == "tape"
 
 
 def test_a_pool_for_another_kind_of_graph_is_rejected() -> None:

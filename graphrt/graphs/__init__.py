@@ -129,7 +129,7 @@ def capture(
     pool: GraphPool | None = None,
     warmup: int = 3,
     kind: Literal["auto", "cuda", "tape"] = "auto",
-    annotate: bool = False,
+    annotate: bool = False,  # pragma: no mutate (CUDA only: a tape knows every op's ranges regardless)
 ) -> tuple[Graph, T]:
     """Warm `fn` up `warmup` times, capture one call, return `(graph, static_output)`.
 
