@@ -122,22 +122,23 @@ def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
         eager_inputs, eager_outputs = _eager_run(step, first, steps, next_inputs)
     statics = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in first]
     call = lambda: step(*statics)  # noqa: E731
-    device = step_device(model, first)
+    device = step_device(model, first)  # pragma: no mutate (one device on a CPU-only machine)
     # Warm up here rather than in `capture`, so the warmup can be undone; on CUDA on the pool's
     # side stream, the one the capture runs on (lazy cuBLAS set-up is per stream).
     pool = new_pool(device)
-    side = torch.cuda.stream(pool.stream) if pool.stream is not None else contextlib.nullcontext()
-    if pool.stream is not None:
+    side = contextlib.nullcontext()
+    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
+        side = torch.cuda.stream(pool.stream)
         torch.cuda.synchronize(device)  # the eager run, on the caller's stream, is done
     with side, preserved(model):
         for _ in range(warmup):
             call()
-    if pool.stream is not None:
+    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
         torch.cuda.synchronize(device)  # and so are the warmup and its undoing
     # A tape capture runs the step once more (a CUDA capture runs nothing): undo that call too.
-    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()
+    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()  # pragma: no mutate (CUDA only)
     with undo:
-        graph, static_out = capture(call, device=device, pool=pool, warmup=0)
+        graph, static_out = capture(call, device=device, pool=pool, warmup=0)  # pragma: no mutate (CUDA only)
     args, largest = first, 0.0
     for i in range(steps):
         differs, _ = first_difference(eager_inputs[i], args)

@@ -304,3 +304,14 @@ def test_on_cuda_a_frozen_python_position_diverges_under_a_cuda_graph():
     result = compare_replay(PythonPositionDecoder().cuda().eval(), (torch.tensor([1], device="cuda"), 0),
                             steps=8, next_inputs=next_token)
     assert result.divergence.startswith("step 1: ")
+
+
+def test_the_step_is_run_once_eagerly_twice_to_warm_up_and_once_to_capture_and_replays_run_no_python():
+    calls = []
+
+    def step(x):
+        calls.append(len(calls))  # Python: runs only when the step is called
+        return x * 2
+
+    assert compare_replay(step, torch.ones(2), steps=1).matches
+    assert len(calls) == 1 + 2 + 1
