@@ -8,6 +8,10 @@ aten operator exercises on every machine.
 - `tally`: writes its first argument (a running total) and returns a new tensor, as training
   batch norm writes its running statistics; `tally_both` also returns the argument it wrote.
 - `pick`: returns the memory of a keyword-only argument, a view that no aten op makes.
+- `shift`: a keyword argument with a default, and an out= overload; each kernel notes in
+  `KERNELS_RUN` that it ran.
+- `numbered` and `tally_numbered`: return a Python int next to a new tensor (the second also
+  writes its first argument).
 """
 
 import torch
@@ -35,5 +39,22 @@ _LIB.define("tally_both(Tensor(a!) total, Tensor x, *, float factor) -> (Tensor(
 _LIB.impl("tally_both", lambda total, x, *, factor: (total, _tally(total, x, factor=factor)), "CPU")
 _LIB.define("pick(Tensor a, *, Tensor b) -> Tensor")
 _LIB.impl("pick", lambda a, *, b: b, "CPU")
+
+KERNELS_RUN: list[str] = []
+
+
+def _shift(x: torch.Tensor, *, by: float = 1.0, out: torch.Tensor | None = None) -> torch.Tensor:
+    KERNELS_RUN.append("shift" if out is None else "shift.out")
+    return torch.add(x, by, out=out)
+
+
+_LIB.define("shift(Tensor x, *, float by=1.0) -> Tensor")
+_LIB.define("shift.out(Tensor x, *, float by=1.0, Tensor(a!) out) -> Tensor(a!)")
+_LIB.impl("shift", _shift, "CPU")
+_LIB.impl("shift.out", _shift, "CPU")
+_LIB.define("numbered(Tensor x) -> (Tensor, int)")
+_LIB.impl("numbered", lambda x: (x * 2, x.numel()), "CPU")
+_LIB.define("tally_numbered(Tensor(a!) total, Tensor x) -> (Tensor, int)")
+_LIB.impl("tally_numbered", lambda total, x: (_tally(total, x, factor=2.0), x.numel()), "CPU")
 
 ops = torch.ops.graphrt_test

@@ -17,7 +17,7 @@ from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, graph_kind, new_pool
 from graphrt.opcount import count_ops, op_names
 
-from custom_ops import ops
+from custom_ops import KERNELS_RUN, ops
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -272,6 +272,28 @@ def test_an_op_returning_the_argument_it_wrote_and_a_new_tensor_replays_both() -
     graph.replay()
     assert written is total and total.item() == 14.0
     assert made.tolist() == [4.0] * 4
+
+
+def test_an_op_with_keyword_arguments_replays_through_its_out_overload_with_them() -> None:
+    # shift.out is tried at capture with the op's own arguments (by=2, not its default 1): it
+    # writes the same bits, so replay runs it, into the captured tensor, and nothing else.
+    x = torch.ones(2)
+    graph, out = capture(lambda: ops.shift(x, by=2.0), device="cpu", warmup=0)
+    KERNELS_RUN.clear()
+    x.fill_(5.0)
+    graph.replay()
+    assert KERNELS_RUN == ["shift.out"] and out.tolist() == [7.0, 7.0]
+
+
+def test_a_python_int_an_op_returns_next_to_a_tensor_is_kept_and_only_the_tensor_replayed() -> None:
+    x, total = torch.ones(3), torch.zeros(())
+    graph, (doubled, count) = capture(lambda: ops.numbered(x), device="cpu", warmup=0)
+    graph_tally, (tallied, tally_count) = capture(lambda: ops.tally_numbered(total, x), device="cpu", warmup=0)
+    x.fill_(5.0)
+    graph.replay()
+    graph_tally.replay()
+    assert doubled.tolist() == tallied.tolist() == [10.0] * 3 and count == tally_count == 3
+    assert total.item() == 3.0 + 15.0
 
 
 def test_training_batch_norm_replays_its_output_and_running_statistics() -> None:

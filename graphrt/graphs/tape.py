@@ -214,15 +214,13 @@ def _callable(func: torch._ops.OpOverload) -> Callable[..., Any]:
 
 def _replay_call(entry: _Entry) -> Callable[[], Any]:
     args, kwargs, out, out_kwargs = _pin((entry.args, entry.kwargs, entry.out, entry.out_kwargs), entry.layouts)
-    if entry.kind is OpKind.MUTATE:
-        fresh = [r.alias_info is None for r in entry.func._schema.returns]
-        if not any(fresh):  # results (if any) are the arguments it wrote: re-running is all
-            return functools.partial(_callable(entry.func), *args, **kwargs)
-        # e.g. training batch norm: writes its running stats *and* returns new tensors.
-        results = (out,) if len(fresh) == 1 else tuple(out)
-        kept = [r if is_fresh else tree_map(lambda _: None, r) for r, is_fresh in zip(results, fresh)]
-        targets = [t if isinstance(t, torch.Tensor) else None for t in tree_leaves(kept)]
-        return _copy_back_many(_callable(entry.func), args, kwargs, targets)
+    fresh = [r.alias_info is None for r in entry.func._schema.returns]
+    if entry.kind is OpKind.MUTATE and not any(fresh):
+        # its results (if any) are the arguments it wrote: re-running it is all
+        return functools.partial(_callable(entry.func), *args, **kwargs)
+    # An op that writes an argument *and* returns new tensors (training batch norm: its running
+    # statistics) replays as a functional op does; a result that is an argument it wrote is
+    # copied onto itself, which changes nothing.
     if out_kwargs is not None:
         out_func, _ = _out_variant(entry.func)
         return functools.partial(_callable(out_func), *args, **kwargs, **out_kwargs)
