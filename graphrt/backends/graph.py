@@ -77,8 +77,13 @@ class GraphBackend(Backend):
 
     name = "graph"
 
-    def __init__(self, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
-                 lint: bool = True, annotate: bool = False):  # pragma: no mutate (annotate: CUDA only)
+    def __init__(
+        self,
+        model: Qwen2ForCausalLM,
+        buckets: tuple[int, ...] | None = None,
+        lint: bool = True,
+        annotate: bool = False,  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
+    ):
         super().__init__(model)
         self.requested = buckets
         self.lint = lint
