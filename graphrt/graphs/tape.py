@@ -70,9 +70,9 @@ class CaptureMode(TorchDispatchMode):
         if not self.record:
             return func(*args, **kwargs)
 
-        before = memory_of_written(func, args, kwargs) if func._schema.is_mutable else None
+        before = memory_of_written(func, args, kwargs)  # nothing, for an op that writes nothing
         out = func(*args, **kwargs)
-        if before is not None and memory_of_written(func, args, kwargs) != before:
+        if memory_of_written(func, args, kwargs) != before:
             raise self._refuse(func, NEW_MEMORY)
         kind = classify(func, args, kwargs, out)
         if kind in (OpKind.COMPUTE, OpKind.ALLOC):
