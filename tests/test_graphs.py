@@ -485,6 +485,11 @@ def test_a_cuda_pool_needs_a_cuda_device() -> None:
         new_pool("cpu", kind="cuda")
 
 
+def test_a_negative_warmup_is_refused() -> None:
+    with pytest.raises(GraphrtError, match="^warmup must be >= 0, got -1$"):
+        capture(lambda: torch.ones(1) * 2, device="cpu", warmup=-1)
+
+
 def test_a_cuda_capture_needs_a_cuda_device() -> None:
     with pytest.raises(GraphrtError, match="graph kind 'cuda' needs a CUDA device, got device 'cpu'"):
         capture(lambda: torch.ones(1) * 2, device="cpu", kind="cuda")

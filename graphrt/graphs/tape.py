@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -46,10 +46,10 @@ class CaptureMode(TorchDispatchMode):
     """Runs every op unchanged, refuses those a graph cannot replay, and (if `record`) keeps
     the ops that do work, in order, with their tensors."""
 
-    def __init__(self, *, record: bool, allow_random: bool, open_ranges: list[str] | None = None) -> None:
+    def __init__(self, *, record: bool, allow_random: bool, open_ranges: Sequence[str] = ()) -> None:
         super().__init__()
         self.record = record
-        self.open_ranges = open_ranges if open_ranges is not None else []
+        self.open_ranges = open_ranges  # read as ops arrive: the caller's live stack of ranges
         self.allow_random = allow_random
         self.entries: list[_Entry] = []
         self.created: set[int] = set()  # storages that ops allocated during the capture
