@@ -485,6 +485,11 @@ def test_a_cuda_pool_needs_a_cuda_device() -> None:
         new_pool("cpu", kind="cuda")
 
 
+def test_an_unknown_graph_kind_is_refused_naming_the_ones_there_are() -> None:
+    with pytest.raises(GraphrtError, match=r"^graph kind 'cudagraph' is not one of 'auto', 'cuda', 'tape'$"):
+        capture(lambda: torch.ones(1) * 2, device="cpu", kind="cudagraph")
+
+
 def test_a_negative_warmup_is_refused() -> None:
     with pytest.raises(GraphrtError, match="^warmup must be >= 0, got -1$"):
         capture(lambda: torch.ones(1) * 2, device="cpu", warmup=-1)

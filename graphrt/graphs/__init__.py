@@ -108,7 +108,7 @@ def graph_kind(device: torch.device | str, kind: Literal["auto", "cuda", "tape"]
     if kind == "cuda":
         if device.type != "cuda" or not torch.cuda.is_available():  # pragma: no mutate (true on every CPU)
             raise GraphrtError(f"graph kind 'cuda' needs a CUDA device, got device {str(device)!r}")
-        return "cuda"
+        return "cuda"  # pragma: no mutate (CUDA only)
     raise GraphrtError(f"graph kind {kind!r} is not one of 'auto', 'cuda', 'tape'")
 
 
