@@ -10,8 +10,8 @@ aten operator exercises on every machine.
 - `pick`: returns the memory of a keyword-only argument, a view that no aten op makes.
 - `shift`: a keyword argument with a default, and an out= overload; each kernel notes in
   `KERNELS_RUN` that it ran.
-- `numbered` and `tally_numbered`: return a Python int next to a new tensor (the second also
-  writes its first argument).
+- `numbered` and `tally_numbered`: return a Python int next to a new tensor, and take a
+  keyword-only argument (the second also writes its first argument).
 """
 
 import torch
@@ -52,9 +52,9 @@ _LIB.define("shift(Tensor x, *, float by=1.0) -> Tensor")
 _LIB.define("shift.out(Tensor x, *, float by=1.0, Tensor(a!) out) -> Tensor(a!)")
 _LIB.impl("shift", _shift, "CPU")
 _LIB.impl("shift.out", _shift, "CPU")
-_LIB.define("numbered(Tensor x) -> (Tensor, int)")
-_LIB.impl("numbered", lambda x: (x * 2, x.numel()), "CPU")
-_LIB.define("tally_numbered(Tensor(a!) total, Tensor x) -> (Tensor, int)")
-_LIB.impl("tally_numbered", lambda total, x: (_tally(total, x, factor=2.0), x.numel()), "CPU")
+_LIB.define("numbered(Tensor x, *, float factor) -> (Tensor, int)")
+_LIB.impl("numbered", lambda x, *, factor: (x * factor, x.numel()), "CPU")
+_LIB.define("tally_numbered(Tensor(a!) total, Tensor x, *, float factor) -> (Tensor, int)")
+_LIB.impl("tally_numbered", lambda total, x, *, factor: (_tally(total, x, factor=factor), x.numel()), "CPU")
 
 ops = torch.ops.graphrt_test

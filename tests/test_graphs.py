@@ -287,8 +287,9 @@ def test_an_op_with_keyword_arguments_replays_through_its_out_overload_with_them
 
 def test_a_python_int_an_op_returns_next_to_a_tensor_is_kept_and_only_the_tensor_replayed() -> None:
     x, total = torch.ones(3), torch.zeros(())
-    graph, (doubled, count) = capture(lambda: ops.numbered(x), device="cpu", warmup=0)
-    graph_tally, (tallied, tally_count) = capture(lambda: ops.tally_numbered(total, x), device="cpu", warmup=0)
+    graph, (doubled, count) = capture(lambda: ops.numbered(x, factor=2.0), device="cpu", warmup=0)
+    graph_tally, (tallied, tally_count) = capture(lambda: ops.tally_numbered(total, x, factor=2.0), device="cpu",
+                                                  warmup=0)
     x.fill_(5.0)
     graph.replay()
     graph_tally.replay()
