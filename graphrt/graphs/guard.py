@@ -126,7 +126,15 @@ def written_tensors(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> l
     return [t for t in tree_leaves(written) if isinstance(t, torch.Tensor)]
 
 
-def memory_of_written(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[int, int]]:
+def _memory_of_written(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[int, int]]:
     """(storage identity, data address) of each tensor the op writes into."""
     return [(storage_key(t), t.untyped_storage().data_ptr()) for t in written_tensors(func, args, kwargs)]
+
+
+def run_watching_writes(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """Run the op; also say whether a tensor it writes into now lies in new memory (a resize,
+    which a replay would not repeat: see NEW_MEMORY)."""
+    before = _memory_of_written(func, args, kwargs)
+    out = func(*args, **kwargs)
+    return out, _memory_of_written(func, args, kwargs) != before
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphrt.graphs.guard import NEW_MEMORY, memory_of_written, refusal
+from graphrt.graphs.guard import NEW_MEMORY, refusal, run_watching_writes
 from graphrt.opcount import storage_key
 
 # A tensor this small that a graph would freeze is shown by its values; a larger one by shape.
@@ -121,10 +121,9 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 
 def _named_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """(name, value) per argument; a list of tensors (cat's, index's) as `name[i]` per item."""
-    schema = func._schema.arguments
-    pairs = [(schema[i].name if i < len(schema) else f"arg{i}", a) for i, a in enumerate(args)]
+    positional = zip((a.name for a in func._schema.arguments), args)  # a call never outnumbers its schema
     flat: list[tuple[str, Any]] = []
-    for name, value in [*pairs, *kwargs.items()]:
+    for name, value in [*positional, *kwargs.items()]:
         if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
             flat += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
         else:
@@ -173,9 +172,8 @@ class OpRecorder(TorchDispatchMode):
             self.python[storage_key(args[0])] = index
         named = [(name, self._use(v) if isinstance(v, torch.Tensor) else v)
                  for name, v in _named_args(func, args, kwargs)]
-        before = memory_of_written(func, args, kwargs) if func._schema.is_mutable else None
-        out = func(*args, **kwargs)
-        if before is not None and memory_of_written(func, args, kwargs) != before:
+        out, moved = run_watching_writes(func, args, kwargs)
+        if moved:
             reason = reason or NEW_MEMORY
         results = list(_tensors(out))
         read = {storage_key(t) for t in _tensors((args, kwargs))}

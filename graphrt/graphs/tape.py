@@ -17,8 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from graphrt import nvtx
-from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, memory_of_written,
-                                  refusal)
+from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, refusal,
+                                  run_watching_writes)
 from graphrt.opcount import OpKind, classify, does_work, storage_key
 
 T = TypeVar("T")
@@ -70,9 +70,8 @@ class CaptureMode(TorchDispatchMode):
         if not self.record:
             return func(*args, **kwargs)
 
-        before = memory_of_written(func, args, kwargs)  # nothing, for an op that writes nothing
-        out = func(*args, **kwargs)
-        if memory_of_written(func, args, kwargs) != before:
+        out, moved = run_watching_writes(func, args, kwargs)
+        if moved:
             raise self._refuse(func, NEW_MEMORY)
         kind = classify(func, args, kwargs, out)
         if kind in (OpKind.COMPUTE, OpKind.ALLOC):
