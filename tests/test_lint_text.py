@@ -78,6 +78,11 @@ def test_a_tensor_attribute_is_named_with_its_dtype_shape_and_device():
         f"  aten.copy_.default in body (HostCounter): argument src is {outside}")
 
 
+def test_a_tensor_attribute_of_the_model_itself_is_named_without_a_prefix():
+    assert report_text(HostCounter().eval(), [(X0,), (X1,)]).splitlines()[1].startswith(
+        "  aten.add_.Tensor in (HostCounter): argument self is host_position, a plain tensor attribute")
+
+
 def test_a_tensor_no_attribute_holds_is_a_tensor_of_its_dtype_and_shape():
     assert report_text(Net(GlobalOffset()).eval(), [(X0,), (X1,)]).splitlines()[1] == (
         "  aten.add.Tensor in body (GlobalOffset): argument other is a tensor (float32 [8] on cpu), "

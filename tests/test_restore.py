@@ -4,6 +4,7 @@ streams exactly as they were, and must not undo what the step built for itself."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -144,19 +145,21 @@ class Recomputes(nn.Module):
         self.label = "".join(["r", str(int(rows))])
         self.scale = rows if x.dtype == torch.float32 else int(rows)
         self.last = x[:1] * 1  # a new one-element tensor each call, equal to the last
+        self.window = np.full(2, rows)  # its == gives an array, with no truth value
         return x
 
 
 def test_an_attribute_rebound_to_an_equal_value_is_unchanged_but_a_new_tensor_or_type_is_a_change():
     # Containers are compared item by item, other values by ==, tensors by identity: a graph
-    # keeps reading the tensor it captured, so a new one is a change even with equal values.
+    # keeps reading the tensor it captured, so a new one is a change even with equal values. A
+    # value whose == cannot say counts as changed.
     model = Recomputes()
     model(torch.ones(2))
     before = AttributeSnapshot(model)
     model(torch.ones(2))
-    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["last"]
+    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["last", "window"]
     model(torch.ones(3))
     assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == [
-        "sizes", "by_name", "label", "scale", "last"]
+        "sizes", "by_name", "label", "scale", "last", "window"]
     model(torch.ones(2, dtype=torch.float64))  # 2 where it was 2.0: equal, but an int
-    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["scale", "last"]
+    assert [name for name, *_ in before.changes(AttributeSnapshot(model))] == ["scale", "last", "window"]
