@@ -51,7 +51,7 @@ class TensorUse:
     dtype: torch.dtype
     device: torch.device
     name: str | None = None  # OUTSIDE: the module attribute that holds it, when one does
-    values: torch.Tensor | None = None  # PYTHON and OUTSIDE: a copy of small contents, as read
+    values: torch.Tensor | None = None  # PYTHON: a copy of small contents, as read
 
     def describe(self) -> str:
         if self.origin is Origin.INPUT:
@@ -134,8 +134,9 @@ def _named_args(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[
 class OpRecorder(TorchDispatchMode):
     """Runs every op unchanged and appends a `RecordedOp` for each to `ops`.
 
-    It keeps every tensor it has seen alive until it is dropped, so that no storage identity is
-    reused by a later tensor while the capture lasts.
+    It keeps every tensor an op returns alive until it is dropped, so that while the capture
+    lasts no later tensor takes the storage identity of one the step made. (An outside tensor's
+    identity is never compared, so it needs no such care.)
     """
 
     def __init__(self, inputs: dict[int, int], statics: dict[int, str], attributes: dict[int, str],
@@ -157,12 +158,10 @@ class OpRecorder(TorchDispatchMode):
             return TensorUse(Origin.STATIC, self.statics[key], *meta)
         if key in self.made:
             return TensorUse(Origin.MADE, self.made[key], *meta)
-        small = t.numel() <= SHOWN_VALUES and t.device.type != "meta"  # meta tensors hold no values
-        values = t.detach().clone() if small else None
-        self._alive.append(t)
-        if key in self.python:
+        if key in self.python:  # lifted from host data (torch.tensor): it has values to show
+            values = t.detach().clone() if t.numel() <= SHOWN_VALUES else None
             return TensorUse(Origin.PYTHON, self.python[key], *meta, values=values)
-        return TensorUse(Origin.OUTSIDE, key, *meta, name=self.attributes.get(key), values=values)
+        return TensorUse(Origin.OUTSIDE, key, *meta, name=self.attributes.get(key))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
