@@ -440,3 +440,4 @@ class MaxOverRows(Case):
 def test_every_result_of_an_op_with_several_is_made_by_the_step():
     # so `values` is not judged an outside tensor, though it differs between the captures
     assert lint_step(Net(MaxOverRows()).eval(), [(X0,), (X1,)]).clean
+

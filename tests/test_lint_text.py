@@ -15,9 +15,10 @@ import torch
 from graphrt import nvtx
 from graphrt.graphs import GraphCaptureError, capture, lint_step
 from graphrt.graphs.findings import show_value
-from test_lint import WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
+from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
 
 OFFSET = torch.ones(WIDTH)  # a module-level tensor: no module attribute names it
+TABLE = torch.ones(SLOTS, WIDTH)  # another, read through an index
 
 
 def report_text(step, states) -> str:
@@ -157,3 +158,53 @@ def test_a_tensor_that_changes_origin_is_shown_as_each_capture_gave_it():
         "  aten.sum.default in body (PythonDataOrInput): argument self is a tensor built from "
         "Python data in the step holding [3.0, 4.0] in capture 1 and input 0 of the step in "
         "capture 2: replay reads capture 1's tensor forever")
+
+
+class GatherOutside(Case):
+    def forward(self, x, rows):
+        return x + TABLE[rows].sum(0)  # aten.index.Tensor(self, indices=[rows])
+
+
+def test_the_arguments_before_a_list_of_tensors_are_judged_too():
+    assert report_text(Net(GatherOutside()).eval(), [(X0, torch.tensor([1])), (X1, torch.tensor([2]))]) == (
+        "lint: 1 finding over 2 captures of 3 ops (T)\n"
+        "  aten.index.Tensor in body (GatherOutside): argument self is a tensor (float32 [16, 8] on cpu), "
+        "neither a static input nor made inside the step: replay uses it where it lies and sees no update "
+        "made outside the step; register it as a buffer or pass it in as an input")
+
+
+class Reshaped(Case):
+    def forward(self, x, rows: int):
+        return x.reshape(rows, -1).sum(0)
+
+
+def test_a_list_argument_is_shown_as_a_tuple():
+    assert report_text(Net(Reshaped()).eval(), [(X0, 1), (X0, 2)]).splitlines()[1] == (
+        "  aten.reshape.default in body (Reshaped): argument shape is (1, -1) in capture 1 and (2, -1) in "
+        "capture 2: a Python value read at capture; replay uses (1, -1) forever; pass it in a static "
+        "input tensor")
+
+
+def sine_or_cosine(x, sine: bool):
+    made = [x.sin(), x.cos()]  # ops #0 and #1 in both captures
+    return made[0 if sine else 1] * 2
+
+
+def test_a_result_chosen_in_python_is_named_by_the_op_that_made_it_in_each_capture():
+    assert report_text(sine_or_cosine, [(X0, True), (X1, False)]).splitlines()[1] == (
+        "  aten.mul.Tensor in the step, outside any module: argument self is the result of op #0 in "
+        "capture 1 and the result of op #1 in capture 2: replay reads capture 1's tensor forever")
+
+
+class SixteenFromPython(Case):
+    def forward(self, x, start: int):
+        return x.sum() + torch.tensor([float(start + i) for i in range(16)]).sum()
+
+
+def test_a_python_tensor_of_sixteen_values_is_shown_whole():
+    # SHOWN_VALUES is 16: up to it a finding shows the values, past it the shape
+    line = report_text(Net(SixteenFromPython()).eval(), [(X0, 0), (X1, 1)]).splitlines()[1]
+    assert line.startswith(
+        "  aten.sum.default in body (SixteenFromPython): argument self is a tensor built from Python data "
+        "in the step (torch.tensor), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, "
+        "13.0, 14.0, 15.0] in capture 1 and [1.0, "), line
