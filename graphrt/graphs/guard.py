@@ -64,7 +64,7 @@ def _has_bool_index(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> b
     return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices)
 
 
-def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random: bool) -> str | None:
+def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random: bool = False) -> str | None:
     """Why `func` may not run inside a capture, or None if it may. Checked before it runs."""
     tags = func.tags
     name = func._schema.name

@@ -46,11 +46,10 @@ class TensorUse:
 
     origin: Origin
     ref: Any  # INPUT: argument index; STATIC: its name; MADE/PYTHON: index of the op that made it;
-    #           OUTSIDE: its storage's identity
+    #           OUTSIDE: the module attribute that holds it, or None
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
-    name: str | None = None  # OUTSIDE: the module attribute that holds it, when one does
     values: torch.Tensor | None = None  # PYTHON: a copy of small contents, as read
 
     def describe(self) -> str:
@@ -62,7 +61,7 @@ class TensorUse:
             return f"the result of op #{self.ref}"
         if self.origin is Origin.PYTHON:
             return f"a tensor built from Python data in the step holding {show_tensor(self)}"
-        what = f"{self.name}, a plain tensor attribute" if self.name else "a tensor"
+        what = f"{self.ref}, a plain tensor attribute" if self.ref else "a tensor"
         return f"{what} ({_dtype(self.dtype)} {list(self.shape)} on {self.device.type})"
 
 
@@ -161,12 +160,12 @@ class OpRecorder(TorchDispatchMode):
         if key in self.python:  # lifted from host data (torch.tensor): it has values to show
             values = t.detach().clone() if t.numel() <= SHOWN_VALUES else None
             return TensorUse(Origin.PYTHON, self.python[key], *meta, values=values)
-        return TensorUse(Origin.OUTSIDE, key, *meta, name=self.attributes.get(key))
+        return TensorUse(Origin.OUTSIDE, self.attributes.get(key), *meta)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         index = len(self.ops)
-        reason = refusal(func, args, kwargs, allow_random=False)
+        reason = refusal(func, args, kwargs)
         if func._schema.name == "aten::lift_fresh":  # torch.tensor(...): Python data becomes a tensor
             self.python[storage_key(args[0])] = index
         named = [(name, self._use(v) if isinstance(v, torch.Tensor) else v)
