@@ -441,3 +441,12 @@ def test_every_result_of_an_op_with_several_is_made_by_the_step():
     # so `values` is not judged an outside tensor, though it differs between the captures
     assert lint_step(Net(MaxOverRows()).eval(), [(X0,), (X1,)]).clean
 
+
+
+def widened(x):
+    return x.double() * 2  # outside inference mode: aten._to_copy(x, dtype=torch.float64)
+
+
+def test_a_dtype_conversion_on_the_device_is_no_finding():
+    # _to_copy is refused only when it copies to the host; its keywords say where it goes
+    assert lint_step(widened, [(X0,), (X1,)]).clean

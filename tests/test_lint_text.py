@@ -208,3 +208,25 @@ def test_a_python_tensor_of_sixteen_values_is_shown_whole():
         "  aten.sum.default in body (SixteenFromPython): argument self is a tensor built from Python data "
         "in the step (torch.tensor), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, "
         "13.0, 14.0, 15.0] in capture 1 and [1.0, "), line
+
+
+def resized(x):
+    return torch.mul(x, 2, out=torch.empty(0))  # the out tensor grows to x's shape: new memory
+
+
+def test_an_op_that_moves_a_tensor_to_new_memory_is_a_refusal():
+    assert report_text(resized, [(X0,), (X1,)]).splitlines()[1:] == [
+        "  aten.mul.out in the step, outside any module: operation not permitted while capturing a tape "
+        "(it moves a tensor to new memory); captured tensors must keep their memory"]
+
+
+def python_constant(x, first: bool):
+    constants = [torch.tensor([1.0]), torch.tensor([2.0])]  # lifted by ops #0 and #1 in both captures
+    return x * constants[0 if first else 1]
+
+
+def test_a_python_tensor_chosen_in_python_is_named_by_its_contents_in_each_capture():
+    assert report_text(python_constant, [(X0, True), (X1, False)]).splitlines()[1:] == [
+        "  aten.mul.Tensor in the step, outside any module: argument other is a tensor built from Python "
+        "data in the step holding [1.0] in capture 1 and a tensor built from Python data in the step "
+        "holding [2.0] in capture 2: replay reads capture 1's tensor forever"]
