@@ -230,3 +230,39 @@ def test_a_python_tensor_chosen_in_python_is_named_by_its_contents_in_each_captu
         "  aten.mul.Tensor in the step, outside any module: argument other is a tensor built from Python "
         "data in the step holding [1.0] in capture 1 and a tensor built from Python data in the step "
         "holding [2.0] in capture 2: replay reads capture 1's tensor forever"]
+
+
+HOST_SCALE = torch.tensor(2.0)  # on the CPU, where no step of these runs
+
+
+def scaled_on_meta(x, python_scale: bool):
+    # a 0-dim CPU tensor may meet a tensor on any device; one built from Python data is judged
+    # by its contents instead
+    return x * (torch.tensor(2.0) if python_scale else HOST_SCALE)
+
+
+@pytest.mark.parametrize("python_scale, lines", [
+    (False, ["  aten.mul.Tensor in the step, outside any module: argument other is a tensor (float32 [] on cpu), "
+             "on the host while the step runs on meta: a CUDA graph records no host work, so replay reads it "
+             "as it was at capture; keep it on meta"]),
+    (True, []),
+], ids=["outside", "from-python"])
+def test_a_host_tensor_in_a_step_on_another_device_is_named(python_scale, lines):
+    states = [(torch.zeros(4, device="meta"), python_scale)] * 2
+    assert report_text(scaled_on_meta, states).splitlines()[1:] == lines
+    assert [f.kind for f in lint_step(scaled_on_meta, states).findings] == ["host-tensor"] * len(lines)
+
+
+INDEX = torch.tensor([0, 2])
+
+
+class SelectOutside(Case):
+    def forward(self, x):
+        return x.index_select(1, INDEX)  # the tensor comes after a Python int
+
+
+def test_a_tensor_argument_after_a_python_value_is_judged_too():
+    assert report_text(Net(SelectOutside()).eval(), [(X0,), (X1,)]).splitlines()[1:] == [
+        "  aten.index_select.default in body (SelectOutside): argument index is a tensor (int64 [2] on cpu), "
+        "neither a static input nor made inside the step: replay uses it where it lies and sees no update "
+        "made outside the step; register it as a buffer or pass it in as an input"]

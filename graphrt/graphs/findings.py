@@ -89,7 +89,7 @@ def _refusal_message(op: RecordedOp, module: nn.Module | None) -> str:
 
 
 def check_capture(ops: list[RecordedOp], device: torch.device, modules: dict[str, nn.Module],
-                  found: Findings, judge_outside: bool = True) -> None:
+                  found: Findings, judge_outside: bool) -> None:
     """What one capture shows on its own: refusals, host tensors, and (if `judge_outside`: only
     a model says which tensors are static) tensors from outside the step."""
     for op in ops:
