@@ -53,6 +53,7 @@ def baseline(tmp_path_factory):
     return result, path
 
 
+@pytest.mark.slow  # a benchmark sweep of its own, or the shared baseline's
 def test_baseline_json_holds_every_point_and_mode(baseline):
     _, path = baseline
     doc = json.loads(path.read_text())
@@ -87,6 +88,7 @@ def test_baseline_json_holds_every_point_and_mode(baseline):
         assert p["memory"]["note"] == "CPU allocator peaks are not measured"
 
 
+@pytest.mark.slow  # a benchmark sweep of its own, or the shared baseline's
 def test_baseline_prints_the_table_and_writes_a_plot(baseline):
     result, path = baseline
     lines = result.stdout.splitlines()
@@ -98,6 +100,7 @@ def test_baseline_prints_the_table_and_writes_a_plot(baseline):
     assert "bench baseline" in result.stderr  # the progress bar's label, on stderr
 
 
+@pytest.mark.slow  # a benchmark sweep of its own, or the shared baseline's
 def test_compare_shows_the_change_point_by_point(baseline, tmp_path, cli):
     _, path = baseline
     doc = json.loads(path.read_text())
@@ -141,6 +144,7 @@ def test_an_interrupt_keeps_the_finished_points_and_says_where(tmp_path):
                                  "mode": "graph"}
 
 
+@pytest.mark.slow  # a benchmark sweep of its own, or the shared baseline's
 def test_sigint_mid_sweep_leaves_earlier_files_and_writes_a_partial_result(tmp_path):
     scenario = tmp_path / "long.toml"
     scenario.write_text(LONG_SWEEP)

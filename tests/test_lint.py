@@ -249,6 +249,7 @@ def test_graphrt_decode_step_is_lint_clean_with_real_weights(tiny_config):
     assert report.clean, str(report)
 
 
+@pytest.mark.slow  # 100 examples
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kv_heads=st.sampled_from([1, 2]), groups=st.sampled_from([1, 2, 3]),
        head_dim=st.sampled_from([2, 4, 8]), layers=st.integers(1, 2), batch=st.integers(1, 3),
