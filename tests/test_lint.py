@@ -327,9 +327,9 @@ class GrowingList(Case):
 def test_a_list_of_tensors_that_grows_is_caught_at_the_op_that_takes_it():
     report = lint_step(Net(GrowingList()).eval(), [(X0,), (X1,)])
     lines = [str(f) for f in report.findings]
-    assert any(line.startswith("aten.cat.default in body (GrowingList): takes arguments "
-                               "(tensors[0], tensors[1]) in capture 1 and (tensors[0], "
-                               "tensors[1], tensors[2]) in capture 2") for line in lines), lines
+    assert ("python-value", "aten.cat.default in body (GrowingList): takes arguments (tensors[0], tensors[1]) in "
+            "capture 1 and (tensors[0], tensors[1], tensors[2]) in capture 2: a list built in Python; replay keeps "
+            "capture 1's") in [(f.kind, str(f)) for f in report.findings], lines
     assert "attribute body.history changed during the step (a list of 1 tensors -> a list of 2 tensors)" in lines[0]
 
 
@@ -451,3 +451,42 @@ def widened(x):
 def test_a_dtype_conversion_on_the_device_is_no_finding():
     # _to_copy is refused only when it copies to the host; its keywords say where it goes
     assert lint_step(widened, [(X0,), (X1,)]).clean
+
+
+class TensorOrNumber(Case):
+    def forward(self, x, as_tensor: bool):
+        return self.proj(x) * (self.cache[0] if as_tensor else 2.0)
+
+
+def test_a_tensor_argument_that_becomes_a_python_number_is_a_tensor_finding():
+    report = lint_step(Net(TensorOrNumber()).eval(), [(X0, True), (X1, False)])
+    assert ("tensor", "aten.mul.Tensor in body (TensorOrNumber): argument other is body.cache in capture 1 and "
+            "2.0 in capture 2: replay reads capture 1's tensor forever") in [(f.kind, str(f)) for f in report.findings]
+
+
+def sine_then_cosine(x, cosine: bool):
+    y = x.sin()
+    return y.cos() if cosine else y
+
+
+def test_ops_only_the_second_capture_runs_at_its_end_are_control_flow_at_its_first_op():
+    report = lint_step(sine_then_cosine, [(X0, False), (X1, True)])
+    assert [(f.kind, str(f)) for f in report.findings] == [(
+        "control-flow", "aten.cos.default in the step, outside any module: capture 1 runs nothing where capture "
+        "2 runs 1 op (aten.cos.default): Python control flow on a value that changed; replay always runs "
+        "capture 1's ops")]
+
+
+class CountsSigns(Case):
+    def forward(self, x):
+        _, counts = torch.unique(x > 0, return_counts=True)  # one result per distinct sign
+        return counts
+
+
+def test_an_op_whose_several_results_change_shape_lists_each_shape():
+    x0, x1 = torch.ones(1, WIDTH), torch.ones(1, WIDTH)
+    x1[0, :3] = -1
+    report = lint_step(Net(CountsSigns()).eval(), [(x0,), (x1,)])
+    assert [str(f) for f in report.findings if f.kind == "shape"] == [
+        "aten._unique2.default in body (CountsSigns): result shape [1], [0], [1] in capture 1 and [2], [0], [2] "
+        "in capture 2: replay keeps [1], [0], [1] forever"]

@@ -204,6 +204,8 @@ class SixteenFromPython(Case):
 def test_a_python_tensor_of_sixteen_values_is_shown_whole():
     # SHOWN_VALUES is 16: up to it a finding shows the values, past it the shape
     line = report_text(Net(SixteenFromPython()).eval(), [(X0, 0), (X1, 1)]).splitlines()[1]
+    assert [f.kind for f in lint_step(Net(SixteenFromPython()).eval(), [(X0, 0), (X1, 1)]).findings] == [
+        "python-tensor"]
     assert line.startswith(
         "  aten.sum.default in body (SixteenFromPython): argument self is a tensor built from Python data "
         "in the step (torch.tensor), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, "

@@ -199,7 +199,7 @@ def compare_captures(a: list[RecordedOp], b: list[RecordedOp], numbers: tuple[in
     """Two captures of one step (capture numbers `numbers`), op by op."""
     pairs, blocks = _alignment(a, b)
     for i1, i2, j1, j2 in blocks:
-        where = a[i1] if i1 < len(a) else (b[j1] if j1 < len(b) else a[-1])
+        where = a[i1] if i1 < len(a) else b[j1]  # a block is never empty in both
         found.add("control-flow", where, (
             f"capture {numbers[0]} runs {_ops_text(a[i1:i2])} where capture {numbers[1]} runs "
             f"{_ops_text(b[j1:j2])}: Python control flow on a value that changed; replay always "
