@@ -211,9 +211,12 @@ def test_modules_are_named_with_nvtx_switched_off():
 
 
 def test_states_of_another_shape_are_refused_in_one_line():
-    with pytest.raises(GraphrtError, match=r"argument 0 is a float32 \[1, 8\] tensor in state 0 "
-                                           r"and a float32 \[2, 8\] tensor in state 1"):
+    with pytest.raises(GraphrtError, match=r"^argument 0 is a float32 \[1, 8\] tensor in state 0 "
+                                           r"and a float32 \[2, 8\] tensor in state 1: a graph is "
+                                           r"captured at one shape and dtype per input$"):
         lint_step(Net(AttributeInForward()), [(X0,), (torch.zeros(2, WIDTH),)])
+    with pytest.raises(GraphrtError, match="^state 1 has 2 arguments, state 0 has 1$"):
+        lint_step(Net(AttributeInForward()), [(X0,), (X1, 1)])
     with pytest.raises(GraphrtError, match="at least two input states"):
         lint_step(Net(AttributeInForward()), [(X0,)])
 
@@ -490,3 +493,28 @@ def test_an_op_whose_several_results_change_shape_lists_each_shape():
     assert [str(f) for f in report.findings if f.kind == "shape"] == [
         "aten._unique2.default in body (CountsSigns): result shape [1], [0], [1] in capture 1 and [2], [0], [2] "
         "in capture 2: replay keeps [1], [0], [1] forever"]
+
+
+def test_a_state_of_one_tensor_needs_no_tuple():
+    seen = []
+    lint_step(lambda x: seen.append(x.shape) or x * 2, [torch.zeros(2, 3), torch.ones(2, 3)])
+    assert set(seen) == {torch.Size([2, 3])}  # the whole tensor is the step's one argument
+
+
+class OnMeta(nn.Module):
+    """Its weight on the meta device, standing in for a GPU: the step runs where the model is."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(WIDTH, device="meta"))
+
+    def forward(self, x):
+        return x.to("meta") * self.weight
+
+
+def test_an_input_left_on_the_host_of_a_model_on_a_device_is_named():
+    report = lint_step(OnMeta(), [(X0,), (X1,)])
+    assert [(f.kind, str(f)) for f in report.findings] == [(
+        "host-tensor", "aten._to_copy.default in (OnMeta): argument self is input 0 of the step, on the host "
+        "while the step runs on meta: a CUDA graph records no host work, so replay reads it as it was at "
+        "capture; keep it on meta")]

@@ -122,9 +122,10 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
     start = time.perf_counter()
     calls = _inputs(states)
     model = model if model is not None else owning_module(step)
-    buffers = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in calls[0]]
+    first = calls[0]  # every state has its shapes, dtypes and devices
+    buffers = [torch.empty_like(a) if isinstance(a, torch.Tensor) else None for a in first]
     inputs = {storage_key(t): i for i, t in enumerate(buffers) if t is not None}
-    device = step_device(model, calls[0])
+    device = step_device(model, first)
     found = Findings()
     captures: list[list[RecordedOp]] = []
 
@@ -136,9 +137,11 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
         args = [buffer if buffer is not None else value for buffer, value in zip(buffers, values)]
         return lambda: step(*args)
 
-    keeper = preserved(model, skip=set(inputs)) if restore else contextlib.nullcontext()
+    keeper = contextlib.nullcontext()
+    if restore:
+        keeper = preserved(model, skip=set(inputs))  # pragma: no mutate (skip only saves copying back)
     with module_ranges(model) as modules, keeper:
-        warm = load(calls[0])
+        warm = load(first)
         for _ in range(warmup):
             warm()
         statics, attributes = static_names(model), attribute_names(model)
