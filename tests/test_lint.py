@@ -518,3 +518,32 @@ def test_an_input_left_on_the_host_of_a_model_on_a_device_is_named():
         "host-tensor", "aten._to_copy.default in (OnMeta): argument self is input 0 of the step, on the host "
         "while the step runs on meta: a CUDA graph records no host work, so replay reads it as it was at "
         "capture; keep it on meta")]
+
+
+def sine_or_mask(x, masked: bool):
+    return x[x > 0] if masked else x.sin()
+
+
+def test_what_only_the_first_capture_runs_is_checked_too_as_it_is_what_replay_runs():
+    report = lint_step(sine_or_mask, [(X0, True), (X1, False)])
+    assert [f.kind for f in report.findings] == ["refused", "control-flow"]
+    assert str(report.findings[0]).startswith("aten.index.Tensor in the step, outside any module: operation "
+                                              "not permitted while capturing (its output shape depends on")
+
+
+class Stepper:
+    """Not a module: its bound method is a plain function to the lint."""
+
+    def __init__(self) -> None:
+        self.weight = torch.ones(WIDTH)
+
+    def step(self, x):
+        return x * self.weight
+
+
+def test_a_bound_method_of_an_object_that_is_no_module_is_linted_without_a_model():
+    assert lint_step(Stepper().step, [(X0,), (X1,)]).clean  # its weight is not judged: no model says
+
+
+def test_a_step_of_python_values_alone_runs_on_the_cpu():
+    assert lint_step(lambda n: torch.arange(4) * n, [(2,), (3,)]).findings[0].kind == "python-value"

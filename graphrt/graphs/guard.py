@@ -51,12 +51,8 @@ _TO_PYTHON_BOOL = frozenset({"aten::is_nonzero", "aten::equal", "aten::allclose"
 
 def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str) -> Any:
     """Value of argument `name` as the op received it (positional, keyword or default)."""
-    for i, a in enumerate(func._schema.arguments):
-        if a.name == name:
-            if i < len(args):
-                return args[i]
-            return kwargs.get(name, a.default_value)
-    raise KeyError(name)
+    position, argument = next((i, a) for i, a in enumerate(func._schema.arguments) if a.name == name)
+    return args[position] if position < len(args) else kwargs.get(name, argument.default_value)
 
 
 def _has_bool_index(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
