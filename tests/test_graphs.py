@@ -134,13 +134,21 @@ def mask_assign(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("step, op, reason", [
     (mask_assign, "aten.index_put_.default", "its output shape depends on tensor data"),
+    (lambda x: torch.index_put(x, (x > 0,), torch.tensor(0.0)), "aten.index_put.default",
+     "its output shape depends on tensor data"),
+    (lambda x: torch.ops.aten._index_put_impl_(x, (x > 0,), torch.tensor(0.0)), "aten._index_put_impl_.default",
+     "its output shape depends on tensor data"),
+    # the meta device stands in for a GPU: host copies are refused, copies to the device are not
+    (lambda x: x.to("meta").to("cpu"), "aten._to_copy.default", "it copies device data to the host"),
+    (lambda x: x.copy_(x.to("meta")), "aten.copy_.default", "it copies device data to the host"),
     (lambda x: x.numpy(), "Tensor.numpy", "a host sync"),
     (lambda x: torch.mul(x, 2, out=torch.empty(0)), "aten.mul.out", "it moves a tensor to new memory"),
     (lambda x: torch.bernoulli(x.sigmoid()), "aten.bernoulli.default", "random ops are not supported"),
     (lambda x: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         x.view(1, 1, 1, 5), x.view(1, 1, 1, 5), x.view(1, 1, 1, 5), dropout_p=0.1),
      "aten._scaled_dot_product_flash_attention_for_cpu.default", "random ops are not supported"),
-], ids=["mask-assign", "numpy", "out-resized", "bernoulli", "fused-attention-dropout"])
+], ids=["mask-assign", "index-put", "index-put-impl", "to-host", "copy-to-host", "numpy", "out-resized",
+        "bernoulli", "fused-attention-dropout"])
 def test_capture_refuses_what_replay_could_not_repeat(step, op, reason) -> None:
     x = torch.randn(5)
     with pytest.raises(GraphCaptureError) as info:

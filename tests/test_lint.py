@@ -451,9 +451,10 @@ def widened(x):
     return x.double() * 2  # outside inference mode: aten._to_copy(x, dtype=torch.float64)
 
 
-def test_a_dtype_conversion_on_the_device_is_no_finding():
+@pytest.mark.parametrize("device", ["cpu", "meta"])  # meta: a device that is not the host
+def test_a_dtype_conversion_on_the_device_is_no_finding(device):
     # _to_copy is refused only when it copies to the host; its keywords say where it goes
-    assert lint_step(widened, [(X0,), (X1,)]).clean
+    assert lint_step(widened, [(X0.to(device),), (X1.to(device),)]).clean
 
 
 class TensorOrNumber(Case):

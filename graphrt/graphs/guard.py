@@ -55,9 +55,9 @@ def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str) -> A
     return args[position] if position < len(args) else kwargs.get(name, argument.default_value)
 
 
-def _has_bool_index(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
-    indices = _arg(func, args, kwargs, "indices")
-    return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices)
+def _has_bool_index(args: tuple) -> bool:
+    """Whether an index or index_put op's indices (its second argument, never a keyword) hold a mask."""
+    return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1])
 
 
 def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random: bool = False) -> str | None:
@@ -68,11 +68,9 @@ def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random
         return _HOST_SYNC
     if torch.Tag.dynamic_output_shape in tags:
         # x[idx] with integer indices has a static shape; only a boolean mask makes it dynamic.
-        if not (name == "aten::index" and not _has_bool_index(func, args, kwargs)):
+        if not (name == "aten::index" and not _has_bool_index(args)):
             return _DYNAMIC_SHAPE
-    if name in ("aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and _has_bool_index(
-        func, args, kwargs
-    ):
+    if name in ("aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and _has_bool_index(args):
         return _DYNAMIC_SHAPE  # x[mask] = v finds the mask's nonzeros first
     if not allow_random and torch.Tag.nondeterministic_seeded in tags:
         # Fused attention ops carry the tag for their dropout; without dropout they are exact.
