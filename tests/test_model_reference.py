@@ -8,7 +8,7 @@ from graphrt.errors import GraphrtError
 from graphrt.model import greedy
 from graphrt.weights import build_model
 
-from conftest import save_reference
+from conftest import hf_reference, save_reference
 
 CPU = torch.device("cpu")
 
@@ -94,7 +94,14 @@ def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_co
 def test_a_model_without_its_cache_says_to_set_it_up(tiny_config):
     model = build_model(tiny_config, torch.device("cpu"), torch.float32, seed=0)
     tokens = torch.zeros(1, 1, dtype=torch.long)
-    with pytest.raises(GraphrtError, match=r"no KV cache yet: call setup_cache\(max_batch, max_seq_len\) first"):
+    with pytest.raises(GraphrtError, match=r"^the model has no KV cache yet: call setup_cache\(max_batch, max_seq_len\) first$"):
         model(tokens, torch.zeros(1, 1, dtype=torch.long))
     with pytest.raises(GraphrtError, match="the KV cache holds 0 rows, bucket 1 needs more"):
         GraphBackend(model, (1,)).prepare(1)
+
+
+def test_the_state_dict_holds_the_names_hf_saves_and_no_more(tiny_config):
+    # what a checkpoint holds: the rotary tables and the KV cache are buffers, but not saved
+    ours = build_model(tiny_config, CPU, torch.float32, seed=0)
+    ours.setup_cache(1, 8)
+    assert sorted(ours.state_dict()) == sorted(hf_reference(tiny_config, 0).state_dict())
