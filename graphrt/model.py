@@ -10,12 +10,24 @@ as a CUDA graph (DESIGN.md, invariant 2).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from graphrt.config import ModelConfig
 from graphrt.errors import GraphrtError
+
+
+def linear(fan_in: int, fan_out: int, *, bias: bool = False) -> nn.Linear:
+    """A projection; Qwen2's have no bias, except q, k and v's."""
+    return nn.Linear(fan_in, fan_out, bias=bias)
+
+
+def register_unsaved(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """A buffer no checkpoint holds (HF's do not): the rotary tables and the KV cache are built."""
+    module.register_buffer(name, tensor, persistent=False)
 
 
 class Qwen2RMSNorm(nn.Module):
@@ -38,9 +50,9 @@ class RotaryTable(nn.Module):
         super().__init__()
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
         freqs = torch.outer(torch.arange(max_seq_len, device=device).float(), inv_freq)
-        angles = torch.cat((freqs, freqs), dim=-1)  # [S, D], non-interleaved halves
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        angles = freqs.tile(2)  # [S, D]: the same angles for both halves (not interleaved)
+        register_unsaved(self, "cos", angles.cos())
+        register_unsaved(self, "sin", angles.sin())
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [B, T] -> cos, sin [B, T, 1, D] (the 1 broadcasts over heads)
@@ -60,8 +72,8 @@ class KVCache(nn.Module):
                  dtype: torch.dtype, device: torch.device):
         super().__init__()
         shape = (max_batch, kv_heads, max_seq_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        register_unsaved(self, "k", torch.zeros(shape, dtype=dtype, device=device))
+        register_unsaved(self, "v", torch.zeros(shape, dtype=dtype, device=device))
 
     def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,10 +90,10 @@ class Qwen2Attention(nn.Module):
         super().__init__()
         c, d = config.hidden_size, config.head_dim
         self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
-        self.q_proj = nn.Linear(c, self.heads * d, bias=True)
-        self.k_proj = nn.Linear(c, self.kv_heads * d, bias=True)
-        self.v_proj = nn.Linear(c, self.kv_heads * d, bias=True)
-        self.o_proj = nn.Linear(self.heads * d, c, bias=False)
+        self.q_proj = linear(c, self.heads * d, bias=True)
+        self.k_proj = linear(c, self.kv_heads * d, bias=True)
+        self.v_proj = linear(c, self.kv_heads * d, bias=True)
+        self.o_proj = linear(self.heads * d, c)
         self.scale = d ** -0.5
         self.cache: KVCache | None = None
 
@@ -107,9 +119,11 @@ class Qwen2Attention(nn.Module):
         # GQA without copying K/V: the G query heads that share a KV head become G*T rows
         # against it (broadcasting K/V over G instead would copy the whole cache every step)
         q = q.view(b, t, k_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, k_heads, g * t, d)
-        scores = (q @ keys.transpose(-1, -2)).view(b, k_heads, g, t, -1) * self.scale  # [B, K, G, T, S]
-        scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        scores = (q @ keys.mT).view(b, k_heads, g, t, -1) * self.scale  # [B, K, G, T, S]
+        scores = scores.masked_fill(~mask[:, None, None], -math.inf)
+        # softmax in fp32, as HF's eager attention; a CPU computes it in fp32 whatever the dtype,
+        # so only a GPU run tells the two apart
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # pragma: no mutate (CPU)
         out = probs.view(b, k_heads, g * t, -1) @ values  # [B, K, G*T, D]
         return out.view(b, k_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d)
 
@@ -122,9 +136,9 @@ class Qwen2MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(c, i, bias=False)
-        self.up_proj = nn.Linear(c, i, bias=False)
-        self.down_proj = nn.Linear(i, c, bias=False)
+        self.gate_proj = linear(c, i)
+        self.up_proj = linear(c, i)
+        self.down_proj = linear(i, c)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -178,7 +192,7 @@ class Qwen2ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = Qwen2Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = linear(config.hidden_size, config.vocab_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary: RotaryTable | None = None
@@ -189,8 +203,7 @@ class Qwen2ForCausalLM(nn.Module):
         cfg, weight = self.config, self.lm_head.weight
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
         self.rotary = RotaryTable(cfg.head_dim, cfg.rope_theta, max_seq_len, weight.device)
-        self.register_buffer("seq_index", torch.arange(max_seq_len, device=weight.device),
-                             persistent=False)
+        register_unsaved(self, "seq_index", torch.arange(max_seq_len, device=weight.device))
         for layer in self.model.layers:
             layer.self_attn.cache = KVCache(max_batch, cfg.num_key_value_heads, max_seq_len,
                                             cfg.head_dim, weight.dtype, weight.device)

@@ -22,6 +22,7 @@ run's writes stay, as a real one's would.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,7 +90,7 @@ def first_difference(eager: Any, other: Any, atol: float = 0.0, rtol: float = 0.
         excess = diff - (atol + rtol * a.double().abs())
         largest = max(largest, diff.max().item() if diff.numel() else 0.0)
         if excess.numel() and (excess.max() > 0 or excess.isnan().any()):
-            worst = excess.nan_to_num(float("inf")).argmax()
+            worst = excess.nan_to_num(nan=math.inf).argmax()
             index = tuple(int(k) for k in torch.unravel_index(worst, a.shape))
             message = (f"{where} at {index} is {b[index].item():.6g}, eager's {a[index].item():.6g} "
                        f"(|Δ| {diff[index].item():.3g} > atol {atol:g} + rtol {rtol:g} × |eager|)")

@@ -11,7 +11,7 @@ aten operator exercises on every machine.
 - `shift`: a keyword argument with a default, and an out= overload; each kernel notes in
   `KERNELS_RUN` that it ran.
 - `noisy`: tagged as drawing random numbers, for a dropout given as a keyword-only argument
-  (as fused attention ops are tagged for theirs).
+  that is on by default (as fused attention ops are tagged for theirs).
 - `numbered` and `tally_numbered`: return a Python int next to a new tensor, and take a
   keyword-only argument (the second also writes its first argument).
 """
@@ -59,7 +59,7 @@ _LIB.impl("numbered", lambda x, *, factor: (x * factor, x.numel()), "CPU")
 _LIB.define("tally_numbered(Tensor(a!) total, Tensor x, *, float factor) -> (Tensor, int)")
 _LIB.impl("tally_numbered", lambda total, x, *, factor: (_tally(total, x, factor=factor), x.numel()), "CPU")
 
-_LIB.define("noisy(Tensor x, *, float dropout_p=0.0) -> Tensor", tags=(torch.Tag.nondeterministic_seeded,))
-_LIB.impl("noisy", lambda x, *, dropout_p=0.0: torch.nn.functional.dropout(x * 1, dropout_p), "CPU")
+_LIB.define("noisy(Tensor x, *, float dropout_p=0.5) -> Tensor", tags=(torch.Tag.nondeterministic_seeded,))
+_LIB.impl("noisy", lambda x, *, dropout_p=0.5: torch.nn.functional.dropout(x * 1, dropout_p), "CPU")
 
 ops = torch.ops.graphrt_test
