@@ -46,7 +46,7 @@ class CaptureMode(TorchDispatchMode):
     """Runs every op unchanged, refuses those a graph cannot replay, and (if `record`) keeps
     the ops that do work, in order, with their tensors."""
 
-    def __init__(self, *, record: bool, allow_random: bool, open_ranges: Sequence[str] = ()) -> None:
+    def __init__(self, *, record: bool, allow_random: bool = False, open_ranges: Sequence[str] = ()) -> None:
         super().__init__()
         self.record = record
         self.open_ranges = open_ranges  # read as ops arrive: the caller's live stack of ranges
@@ -239,7 +239,7 @@ def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tupl
     for _ in range(warmup):
         fn()
     with nvtx.open_ranges() as stack:
-        mode = CaptureMode(record=True, allow_random=False, open_ranges=stack)
+        mode = CaptureMode(record=True, open_ranges=stack)
         with HostReadGuard(), mode:
             out = fn()
     if mode.refused is not None:
