@@ -448,7 +448,7 @@ def test_every_result_of_an_op_with_several_is_made_by_the_step():
 
 
 def widened(x):
-    return x.double() * 2  # outside inference mode: aten._to_copy(x, dtype=torch.float64)
+    return x.to(x.device, torch.float64) * 2  # outside inference mode: aten._to_copy(x, dtype=, device=)
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])  # meta: a device that is not the host
@@ -548,3 +548,18 @@ def test_a_bound_method_of_an_object_that_is_no_module_is_linted_without_a_model
 
 def test_a_step_of_python_values_alone_runs_on_the_cpu():
     assert lint_step(lambda n: torch.arange(4) * n, [(2,), (3,)]).findings[0].kind == "python-value"
+
+
+SCRATCH = torch.zeros(1, WIDTH)  # no module holds it
+
+
+class WritesOutside(Case):
+    def forward(self, x):
+        torch.mul(x, 2, out=SCRATCH)  # written, not made: the out= argument comes in as a keyword
+        return SCRATCH + 1
+
+
+def test_an_outside_tensor_written_through_out_is_still_outside_where_it_is_read():
+    report = lint_step(Net(WritesOutside()).eval(), [(X0,), (X1,)])
+    assert [(f.kind, f.op) for f in report.findings] == [("outside-tensor", "aten.mul.out"),
+                                                         ("outside-tensor", "aten.add.Tensor")]

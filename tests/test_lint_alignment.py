@@ -40,6 +40,14 @@ def test_a_capture_that_is_the_others_head_leaves_the_rest_as_one_block():
     assert align("ab", "xab") == ([(0, 1), (1, 2)], [(0, 0, 0, 1)])
 
 
+def test_the_common_tail_pairs_end_to_end_before_difflib_sees_the_middle():
+    # difflib alone would pair "a" with the first "a" of "baa"; the ends of two captures of one
+    # step are the same ops, so the last pairs with the last
+    assert align("a", "baa") == ([(0, 2)], [(0, 0, 0, 2)])
+    # a tail as long as the rest after the head: it stops where the head ends
+    assert align("ab", "aab") == ([(0, 0), (1, 2)], [(1, 1, 1, 2)])
+
+
 def test_long_captures_of_few_kinds_of_op_still_pair_op_by_op():
     # A decode step is hundreds of ops of a few names. difflib's "autojunk" would treat names
     # that frequent as junk and pair none of them.

@@ -166,6 +166,8 @@ class GatherOutside(Case):
 
 
 def test_the_arguments_before_a_list_of_tensors_are_judged_too():
+    assert [f.kind for f in lint_step(Net(GatherOutside()).eval(), [(X0, torch.tensor([1])), (X1, torch.tensor([2]))]
+                                      ).findings] == ["outside-tensor"]
     assert report_text(Net(GatherOutside()).eval(), [(X0, torch.tensor([1])), (X1, torch.tensor([2]))]) == (
         "lint: 1 finding over 2 captures of 3 ops (T)\n"
         "  aten.index.Tensor in body (GatherOutside): argument self is a tensor (float32 [16, 8] on cpu), "
