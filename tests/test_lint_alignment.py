@@ -44,6 +44,9 @@ def test_the_common_tail_pairs_end_to_end_before_difflib_sees_the_middle():
     # difflib alone would pair "a" with the first "a" of "baa"; the ends of two captures of one
     # step are the same ops, so the last pairs with the last
     assert align("a", "baa") == ([(0, 2)], [(0, 0, 0, 2)])
+    assert align("aa", "baaa") == ([(0, 2), (1, 3)], [(0, 0, 0, 2)])
+    # the tail is walked from both ends at once, and stops at the first op that differs
+    assert align("aba", "aaa") == ([(0, 0), (2, 2)], [(1, 2, 1, 2)])
     # a tail as long as the rest after the head: it stops where the head ends
     assert align("ab", "aab") == ([(0, 0), (1, 2)], [(1, 1, 1, 2)])
 
