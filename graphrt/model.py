@@ -26,7 +26,8 @@ def linear(fan_in: int, fan_out: int, *, bias: bool = False) -> nn.Linear:
 
 
 def register_unsaved(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
-    """A buffer no checkpoint holds (HF's do not): the rotary tables and the KV cache are built."""
+    """A buffer no checkpoint holds (HF's do not): the rotary tables, the KV cache and its
+    position index are built, not loaded."""
     module.register_buffer(name, tensor, persistent=False)
 
 

@@ -146,7 +146,7 @@ def _same_tensor(a: TensorUse, b: TensorUse, pairs: dict[int, int]) -> bool:
         return False
     if a.origin in (Origin.MADE, Origin.PYTHON):
         return pairs.get(a.ref) == b.ref
-    return a.ref == b.ref or a.origin is Origin.OUTSIDE  # another outside tensor: reported already
+    return a.ref == b.ref or a.origin is Origin.OUTSIDE  # outside tensors are check_capture's to judge
 
 
 def _other_contents(a: TensorUse, b: TensorUse) -> bool:

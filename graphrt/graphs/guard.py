@@ -56,7 +56,8 @@ def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str) -> A
 
 
 def _has_bool_index(args: tuple) -> bool:
-    """Whether an index or index_put op's indices (its second argument, never a keyword) hold a mask."""
+    """Whether an index or index_put op's indices (its second argument, which the dispatcher
+    always passes by position) hold a mask."""
     return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1])
 
 

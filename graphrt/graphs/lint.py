@@ -122,7 +122,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
     start = time.perf_counter()
     calls = _inputs(states)
     model = model if model is not None else owning_module(step)
-    first = calls[0]  # every state has its shapes, dtypes and devices
+    first = calls[0]  # _inputs checked that every state has its shapes and dtypes
     buffers = [torch.empty_like(a) if isinstance(a, torch.Tensor) else None for a in first]
     inputs = {storage_key(t): i for i, t in enumerate(buffers) if t is not None}
     device = step_device(model, first)

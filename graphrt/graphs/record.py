@@ -157,7 +157,7 @@ class OpRecorder(TorchDispatchMode):
             return TensorUse(Origin.STATIC, self.statics[key], *meta)
         if key in self.made:
             return TensorUse(Origin.MADE, self.made[key], *meta)
-        if key in self.python:  # lifted from host data (torch.tensor): it has values to show
+        if key in self.python:  # lifted from host data by torch.tensor (never on meta): it has values
             values = t.detach().clone() if t.numel() <= SHOWN_VALUES else None
             return TensorUse(Origin.PYTHON, self.python[key], *meta, values=values)
         return TensorUse(Origin.OUTSIDE, self.attributes.get(key), *meta)

@@ -9,8 +9,9 @@ run on replay, and Python scalars are frozen at capture.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -217,12 +218,12 @@ def _replay_call(entry: _Entry) -> Callable[[], Any]:
     if entry.kind is OpKind.MUTATE and not any(fresh):
         # its results (if any) are the arguments it wrote: re-running it is all
         return functools.partial(_callable(entry.func), *args, **kwargs)
-    # An op that writes an argument *and* returns new tensors (training batch norm: its running
-    # statistics) replays as a functional op does; a result that is an argument it wrote is
-    # copied onto itself, which changes nothing.
-    if out_kwargs is not None:
+    if out_kwargs is not None:  # a functional op with an out= overload that writes the same bits
         out_func, _ = _out_variant(entry.func)
         return functools.partial(_callable(out_func), *args, **kwargs, **out_kwargs)
+    # Re-run, its results copied back. This also serves an op that writes an argument *and*
+    # returns new tensors (training batch norm: its running statistics): a result that is an
+    # argument it wrote is copied onto itself, which changes nothing.
     if isinstance(out, torch.Tensor):
         return _copy_back_one(_callable(entry.func), args, kwargs, out)
     targets = [t if isinstance(t, torch.Tensor) else None for t in tree_leaves(out)]
