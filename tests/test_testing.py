@@ -174,22 +174,10 @@ def test_a_python_value_the_step_returns_is_frozen_by_the_graph(as_function):
     assert model.calls == 0
 
 
-class Accumulator(nn.Module):
-    """Adds each step's input into a buffer it returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("total", torch.zeros(3))
-
-    def forward(self, x):
-        self.total.add_(x)
-        return self.total
-
-
 @pytest.mark.parametrize("check", [compare_replay, assert_replays_like_eager])
 def test_a_bare_tensor_input_is_given_again_to_each_of_the_default_eight_steps(check):
     # A lone tensor needs no tuple; with no `next_inputs` every step gets it again.
-    model = Accumulator()
+    model = RunningSum()
     assert check(model, torch.ones(3)) == ReplayComparison(steps=8, divergence=None, max_abs_diff=0.0)
     assert torch.equal(model.total, torch.full((3,), 8.0))  # the graph run's eight steps stay
 
