@@ -132,4 +132,3 @@ def run_watching_writes(func: torch._ops.OpOverload, args: tuple, kwargs: dict) 
     before = _memory_of_written(func, args, kwargs)
     out = func(*args, **kwargs)
     return out, _memory_of_written(func, args, kwargs) != before
-

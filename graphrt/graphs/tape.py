@@ -214,8 +214,7 @@ def _callable(func: torch._ops.OpOverload) -> Callable[..., Any]:
 
 def _replay_call(entry: _Entry) -> Callable[[], Any]:
     args, kwargs, out, out_kwargs = _pin((entry.args, entry.kwargs, entry.out, entry.out_kwargs), entry.layouts)
-    fresh = [r.alias_info is None for r in entry.func._schema.returns]
-    if entry.kind is OpKind.MUTATE and not any(fresh):
+    if entry.kind is OpKind.MUTATE and not any(r.alias_info is None for r in entry.func._schema.returns):
         # its results (if any) are the arguments it wrote: re-running it is all
         return functools.partial(_callable(entry.func), *args, **kwargs)
     if out_kwargs is not None:  # a functional op with an out= overload that writes the same bits
