@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from graphrt.launches import StepLaunches, count_step, launch_kind
+from graphrt import nvtx
+from graphrt.launches import CountedStep, StepLaunches, count_steps, launch_kind
 from graphrt.opcount import op_names
 
 
@@ -44,15 +45,19 @@ def test_host_launches_add_kernel_and_graph_launches():
     assert StepLaunches(ops=90).host_launches is None  # the CPU: no launch calls to count
 
 
-def test_a_cpu_step_counts_the_aten_ops_that_do_work():
+def test_each_cpu_step_counts_the_aten_ops_that_do_work_in_its_own_range():
     x, w = torch.randn(2, 8), torch.randn(8, 8)
-    step = lambda: torch.relu(x @ w).t()  # noqa: E731  mm and relu do work; t is a view
-    result, launches = count_step(step, torch.device("cpu"))
-    assert torch.equal(result, step())
-    assert launches == StepLaunches(ops=2)
-    assert op_names(step) == ["aten.mm.default", "aten.relu.default"]
+    matmul = lambda: torch.relu(x @ w).t()  # noqa: E731  mm and relu do work; t is a view
+    add = lambda: x + 1  # noqa: E731
+    with nvtx.record_to([]) as events:
+        counted = count_steps([CountedStep("matmul", matmul), CountedStep("add", add)], torch.device("cpu"))
+    assert counted == {"matmul": StepLaunches(ops=2), "add": StepLaunches(ops=1)}
+    assert op_names(matmul) == ["aten.mm.default", "aten.relu.default"]
+    assert [name for kind, name in events if kind == "push"] == ["count[matmul]", "count[add]"]
 
 
 def test_a_step_that_cannot_be_counted_on_the_cpu_still_runs():
-    result, launches = count_step(lambda: torch.ones(3) * 2, torch.device("cpu"), countable_on_cpu=False)
-    assert result.tolist() == [2.0, 2.0, 2.0] and launches == StepLaunches(ops=None)
+    ran = []
+    counted = count_steps([CountedStep("compiled", lambda: ran.append(torch.ones(3) * 2), countable_on_cpu=False)],
+                          torch.device("cpu"))
+    assert counted == {"compiled": StepLaunches(ops=None)} and ran[0].tolist() == [2.0, 2.0, 2.0]
