@@ -32,6 +32,7 @@ from graphrt.config import ModelConfig
 from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, TapeGraph
+from graphrt.graphs.annotate import NO_NODE_IDS, profiler_node_ids
 from graphrt.launches import StepLaunches
 from graphrt.model import Qwen2ForCausalLM, greedy
 from graphrt.profiling import Session, profiler_session
@@ -94,6 +95,8 @@ def _node_ranges(backend: Backend) -> tuple[dict[str, dict[str, list[str]]], lis
     ranges = {f"replay[bs={bs}]": {str(node): list(stack) for node, stack in g.node_ranges.items()}
               for bs, g in cuda.items() if g.node_ranges}
     missing = dict.fromkeys(g.node_ranges_missing for g in cuda.values() if g.node_ranges_missing)
+    if ranges and profiler_node_ids() == NO_NODE_IDS:
+        missing[NO_NODE_IDS] = None
     return ranges, [f"{why}; replayed kernels can only be attributed by aligning them with an eager step"
                     for why in missing]
 
