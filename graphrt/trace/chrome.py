@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace, launch_index
+from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace, calls_by_key, launch_index
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -115,8 +115,7 @@ def read_chrome_trace(path: str | Path) -> Trace:
 
         for items in (trace.ranges, trace.cpu_ops, trace.api_calls):
             items.sort(key=lambda item: item.start_ns)
-        # correlation ids are unique within one profiled process; the earliest call keeps a repeat
-        by_correlation = {c.correlation_id: i for i, c in reversed(list(enumerate(trace.api_calls)))}
+        by_correlation = calls_by_key(trace.api_calls, lambda c: c.correlation_id)
         for name, start, end, args in sorted(kernel_events, key=lambda k: k[1]):
             correlation = int(args.get("correlation", -1))
             trace.kernels.append(Kernel(
