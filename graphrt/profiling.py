@@ -58,7 +58,11 @@ def kineto_progress_dropped() -> Iterator[None]:
     lines. For short calls only (a session's start or stop): what the block writes to stderr
     reaches it only when the block ends."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to keep clean
+        yield
+        return
     with tempfile.TemporaryFile() as caught:
         os.dup2(caught.fileno(), 2)
         try:
