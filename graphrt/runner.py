@@ -13,6 +13,7 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.launches import StepLaunches
 from graphrt.weights import build_model
 
 
@@ -91,6 +92,10 @@ class RunResult:
     prompt: torch.Tensor
     generations: dict[str, Generation] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)
+    # HF transformers' eager step on the same config and weights, counted like the modes' steps;
+    # None with the reason in `reference_note` where transformers cannot run here
+    reference_launches: StepLaunches | None = None
+    reference_note: str | None = None
 
 
 def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
@@ -144,9 +149,27 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
-            counted = count_launches([(b, result.generations[b.name]) for b in backends], spec.prompt_len)
-            for name, launches in counted.items():
-                result.generations[name].launches = launches
+            counted = [(b, result.generations[b.name]) for b in backends]
+            reference, result.reference_note = _reference_backend(model, prompt)
+            if reference is not None:  # HF's step, for scale: counted last, in the same session
+                counted.append((reference, counted[0][1]))
+            launches = count_launches(counted, spec.prompt_len)
+            result.reference_launches = launches.pop(reference.name) if reference is not None else None
+            for name, counts in launches.items():
+                result.generations[name].launches = counts
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Backend | None, str | None]:
+    """HF transformers' eager step (the bench's peer: StaticCache, the same weights), prefilled
+    with the prompt, so its next step is the one graphrt's modes counted; or why it cannot run."""
+    from graphrt.bench import peer
+
+    if (why := peer.unavailable()) is not None:
+        return None, why
+    reference = peer.PeerBackend(model)
+    with torch.inference_mode():
+        reference.prefill(prompt.to(model.lm_head.weight.device))
+    return reference, None
