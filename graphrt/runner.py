@@ -13,6 +13,8 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.graphs.localize import Localization
+from graphrt.locate import locate_differences
 from graphrt.weights import build_model
 
 
@@ -91,6 +93,8 @@ class RunResult:
     prompt: torch.Tensor
     generations: dict[str, Generation] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)
+    # per graph mode whose tokens or logits differ from eager's: where its replay first differs
+    localizations: dict[str, Localization] = field(default_factory=dict)
 
 
 def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
@@ -121,7 +125,8 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     """Decode the same prompt through every mode of the spec, on one model and one cache.
 
     Every mode is timed first, then each step's launches are counted (`count_launches`): the
-    profiler that counts them on CUDA would otherwise tax the modes timed after it. `on_done`
+    profiler that counts them on CUDA would otherwise tax the modes timed after it. Last, a
+    graph mode whose output differs from eager's is localized (graphrt.locate). `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
     """
     config, model, device, dtype = load(spec)
@@ -146,6 +151,7 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
             for backend in backends:
                 gen = result.generations[backend.name]
                 gen.launches = count_launches(backend, gen, spec.prompt_len)
+            result.localizations = locate_differences(result, model, lengths)
     finally:
         nvtx.set_enabled(was_enabled)
     return result
