@@ -19,8 +19,8 @@ from graphrt.equivalence import compare
 from graphrt.graphs import TapeGraph
 from graphrt.graphs.lint import module_ranges
 from graphrt.graphs.localize import Localization, OpValue, StepComparer, record_step, tape_ops
-from graphrt.graphs.probe import Probe
 from graphrt.graphs.restore import preserved
+from graphrt.graphs.probe import Probe
 from graphrt.model import Qwen2ForCausalLM
 
 if TYPE_CHECKING:
@@ -73,11 +73,11 @@ class _ComparedReplay(Backend):
 def locate(mode: str, model: Qwen2ForCausalLM, prompt: torch.Tensor, *, steps: int = STEPS,
            buckets: tuple[int, ...] | None = None, lengths: torch.Tensor | None = None) -> Localization:
     """Capture `mode` once more with probes, decode `steps` steps eagerly and then through it
-    from the same state, and say where its first step that differs first differs. The model's
-    state (KV cache) is left as it was."""
+    from the same state, and say where its first step that differs first differs. What the
+    graph's decode writes into the KV cache stays there, as after any decode."""
     backend = make_backend(mode, model, buckets, lint=False, probe=True)
     batch = prompt.shape[0]
-    with module_ranges(model), preserved(model):
+    with module_ranges(model):
         backend.prepare(batch)
         eager = _RecordingEager(model, ops=backend.kind == "tape")
         with preserved(model):

@@ -216,14 +216,16 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     for the same states (copied into its static inputs), comparing each replay's probes with
     the eager step's in call order (graphrt.graphs.localize). Stops at the first difference.
 
-    `before_step(i)`, where given, runs before step i in both runs: what a caller does between
-    steps (rebind a tensor, replace one the step reads). `tolerances`: (atol, rtol) per
-    floating dtype. State as in `compare_replay`: the eager run, the warmup and a tape's
-    capture are undone, the replays' writes stay.
+    `before_step(i)`, where given, sets up the world of step i: it runs before step i in both
+    runs, and before the capture as for step 0. It is what a caller does between steps: rebind
+    a module's tensor, replace a tensor the step reads. `tolerances`: (atol, rtol) per floating
+    dtype. State as in `compare_replay`: the eager run, the warmup and a tape's capture are
+    undone, the replays' writes stay.
     """
     if warmup < 1:
         raise GraphrtError(f"localize needs warmup >= 1 (its first call sizes the probes), got {warmup}")
     model = model if model is not None else owning_module(step)
+    before = before_step or (lambda i: None)
     calls = [_args(state) for state in states]
     device = step_device(model, calls[0])
     tape = new_pool(device).kind == "tape"
@@ -231,11 +233,11 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     with module_ranges(model):
         with preserved(model):
             for i, args in enumerate(calls):
-                if before_step is not None:
-                    before_step(i)
+                before(i)
                 _, probes, ops = record_step(lambda: step(*args), model, _named(args), ops=tape)
                 eager_probes.append(probes)
                 eager_ops.append(ops)
+        before(0)
         statics = _statics(calls[0])
         probe_set = ProbeSet(model, _named(tuple(statics)))
         graph, _ = _capture_undone(probe_set.wrap(lambda: step(*statics)), model, device, warmup)
@@ -244,8 +246,7 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
         for i, args in enumerate(calls):
             if comparer.done:
                 break
-            if before_step is not None:
-                before_step(i)
+            before(i)
             for static, value in zip(statics, args):
                 if isinstance(static, torch.Tensor):
                     static.copy_(value)

@@ -5,22 +5,24 @@ An eager run and a probed graph start from the same state and get the same input
 replay its probes are compared with the eager step's, in call order:
 
 - the step's inputs differ: the cause is outside the step (what fills its static inputs);
-- a module's output differs and everything before it matched: that module is where the replay
-  first computed something else (a tensor it reads was rebound or replaced since the capture,
-  a Python value was frozen, memory was reused). On a tape, the op inside it that first
-  differs is named too: a tape knows the module of every op it replays;
-- only the step's output differs: the step's own code outside any module;
+- a module's output differs while its inputs and everything before matched: that module's own
+  code is where the replay first computed something else (a tensor it reads was rebound or
+  replaced since the capture, a Python value was frozen, memory was reused); likewise a
+  module's input that differs names the caller that passed it. On a tape, the op inside that
+  module that first differs is named too: a tape knows the module of every op it replays;
+- a value differs that the step's own code made outside any module;
 - nothing differs over the steps compared.
 
 Values compare within a tolerance stated per dtype (`TOLERANCES`; exact for integers and
-booleans). Modules a replay does not probe (a piecewise step's eager attention cores) are
-skipped; the others are matched with eager's by name and call count.
+booleans). Probes are matched with eager's by module, input or output, and call count; those
+eager has no match for (a piecewise step's pieces call some modules outside their parent's
+forward, and its attention cores run eagerly, unprobed) are skipped.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,7 +31,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt import nvtx
-from graphrt.graphs.probe import Probe, observe
+from graphrt.graphs.probe import STEP, Probe, observe
 from graphrt.graphs.tape import TapeGraph
 from graphrt.opcount import classify, does_work, storage_key
 
@@ -55,7 +57,7 @@ def uniform_tolerance(atol: float, rtol: float) -> Tolerances:
 class ProbeDifference:
     """One probe of one step whose replayed value is not eager's."""
 
-    probe: str  # "input NAME", a module range name (`[i]` for one of several outputs), "output"
+    probe: Probe  # the replay's (its value: what the replay left)
     step: int
     row: int | None  # the row (index along dim 0) of the largest difference; None for a scalar
     max_abs_diff: float  # inf where the shapes or dtypes differ
@@ -64,15 +66,19 @@ class ProbeDifference:
 
     @property
     def kind(self) -> str:
-        if self.probe.startswith("input "):
-            return "inputs"
-        return "output" if self.probe.partition("[")[0] == "output" else "module"
+        """"inputs": the step's inputs; "module": a module's own code (its output, or an input
+        it passed to a submodule); "step": the step's own code outside any module."""
+        if self.probe.where == STEP:
+            return "inputs" if self.probe.what.startswith("input") else "step"
+        return "step" if self.module is None else "module"
 
     @property
-    def module(self) -> str:
-        """The module's range name, without the `[i]` of one of several outputs."""
-        name, bracket, _ = self.probe.rpartition("[")
-        return name if bracket and self.probe.endswith("]") else self.probe
+    def module(self) -> str | None:
+        """The module whose own code made the value: the one that returned it, or the caller
+        that passed it to a submodule (None: the step's own code)."""
+        if self.probe.where == STEP:
+            return None
+        return self.probe.caller if self.probe.what.startswith("input") else self.probe.where
 
 
 def _tolerance(dtype: torch.dtype, tolerances: Tolerances) -> tuple[float, float] | None:
@@ -109,24 +115,23 @@ def compare_values(eager: torch.Tensor, replay: torch.Tensor, tolerances: Tolera
 def first_difference(eager: Sequence[Probe], replay: Sequence[Probe], step: int,
                      tolerances: Tolerances = TOLERANCES, rows: int | None = None
                      ) -> ProbeDifference | None:
-    """The first probe of `replay`, in its order, whose value differs from eager's probe of the
-    same name and call count. `rows`: compare only the first rows of a probe whose first
-    dimension is longer (a graph padded to its bucket)."""
-    seen: dict[str, int] = {}
-    keyed: dict[tuple[str, int], torch.Tensor] = {}
-    for name, value in eager:
-        keyed[(name, seen.get(name, 0))] = value
-        seen[name] = seen.get(name, 0) + 1
-    seen.clear()
-    for name, value in replay:
-        key = (name, seen.get(name, 0))
-        seen[name] = key[1] + 1
-        reference = keyed.get(key)
-        if reference is None:  # eager has no such call: nothing to compare it with
-            continue
-        found = compare_values(reference, value, tolerances, rows)
+    """The first probe of `replay`, in its order, whose value differs from eager's probe at the
+    same place (module, input or output, call count). `rows`: compare only the first rows of a
+    probe whose first dimension is longer (a graph padded to its bucket)."""
+    def keyed(probes: Sequence[Probe]) -> Iterator[tuple[tuple[str, str, int], Probe]]:
+        seen: dict[tuple[str, str], int] = {}
+        for probe in probes:
+            place = (probe.where, probe.what)
+            seen[place] = seen.get(place, -1) + 1
+            yield (*place, seen[place]), probe
+
+    reference = dict(keyed(eager))
+    for key, probe in keyed(replay):
+        if key not in reference:  # eager has no such call (a piecewise step's pieces call
+            continue              # some modules outside their parent's forward)
+        found = compare_values(reference[key].value, probe.value, tolerances, rows)
         if found is not None:
-            return ProbeDifference(name, step, *found)
+            return ProbeDifference(probe, step, *found)
     return None
 
 
@@ -181,17 +186,19 @@ def record_step(fn: Callable[[], T], model: nn.Module | None, inputs: Mapping[st
     work with its value at the end of the step. Module ranges must be attached to `model` for
     ops to know their modules (graphrt.graphs.lint.module_ranges)."""
     probes: list[Probe] = []
-    if not ops:
-        out = observe(fn, model, inputs, lambda name, t: probes.append((name, t.detach().clone())), output)
-        return out, probes, []
-    with nvtx.open_ranges() as stack:
-        recorder = _OpRecorder(stack)
+    recorder: _OpRecorder | None = None
 
-        def keep(name: str, t: torch.Tensor) -> None:
-            recorder.paused = True
-            probes.append((name, t.detach().clone()))
+    def keep(probe: Probe) -> None:
+        if recorder is not None:
+            recorder.paused = True  # the copy is the probe's, not an op of the step
+        probes.append(probe._replace(value=probe.value.detach().clone()))
+        if recorder is not None:
             recorder.paused = False
 
+    if not ops:
+        return observe(fn, model, inputs, keep, output), probes, []
+    with nvtx.open_ranges() as stack:
+        recorder = _OpRecorder(stack)
         with recorder:
             out = observe(fn, model, inputs, keep, output)
     return out, probes, recorder.values()
@@ -246,35 +253,38 @@ class Localization:
 
     @property
     def verdict(self) -> str:
-        """"none", "inputs", "module" or "output"."""
+        """"none", or the kind of the first difference: "inputs", "module" or "step"."""
         return "none" if self.difference is None else self.difference.kind
 
     def describe(self) -> str:
         d = self.difference
         cost = f"probes: {self.copies} copies, {_size(self.bytes)} per step"
         if d is None:
-            return (f"localized: no difference: every probe (inputs, module outputs, output) matches "
-                    f"eager over {self.steps} steps ({cost})")
+            return (f"localized: no difference: every probe (the step's inputs, each module's inputs "
+                    f"and output, the step's output) matches eager over {self.steps} steps ({cost})")
         at = f"step {d.step}{'' if d.row is None else f', row {d.row}'}, " + (
             d.limit if math.isinf(d.max_abs_diff) else f"max |Δ| {d.max_abs_diff:.3g} > {d.limit}")
         if d.kind == "inputs":
-            return (f"localized: the step's inputs already differ ({d.probe}, {at}): the cause is "
-                    f"outside the step, in what fills its inputs ({cost})")
-        if d.kind == "output":
-            return (f"localized: the step's inputs and every module's output match, its output "
-                    f"differs ({at}): the step's own code outside any module ({cost})")
+            return (f"localized: the step's inputs already differ ({d.probe.what}, {at}): the cause "
+                    f"is outside the step, in what fills its inputs ({cost})")
+        if d.kind == "step":
+            return (f"localized: the step's own code outside any module: {d.probe.name} differs "
+                    f"({at}) while everything before it matched ({cost})")
         op = f"; first op inside it that differs: {self.first_op}" if self.first_op else ""
-        which = f" ({d.probe})" if d.probe != d.module else ""
-        return (f"localized: {d.module} is the first module whose replayed output{which} differs "
-                f"from eager: {at}; everything before it matched{op} ({cost})")
+        if d.probe.where == d.module:
+            what = f"replayed {d.probe.what}" if d.probe.what != "output" else "replayed output"
+            return (f"localized: {d.module} is the first module whose {what} differs from eager "
+                    f"({at}); its inputs and everything before it matched{op} ({cost})")
+        return (f"localized: {d.module} is the first module whose replay differs from eager: its own "
+                f"code passes {d.probe.name} that differs ({at}) while everything before it "
+                f"matched{op} ({cost})")
 
     def as_dict(self) -> dict[str, Any]:
         d = self.difference
-        return {"verdict": self.verdict, "module": d and d.kind == "module" and d.module or None,
-                "probe": d and d.probe, "step": d and d.step, "row": d and d.row,
-                "max_abs_diff": d and d.max_abs_diff, "first_op": self.first_op,
-                "steps": self.steps, "probe_copies": self.copies, "probe_bytes": self.bytes,
-                "text": self.describe()}
+        return {"verdict": self.verdict, "module": d and d.module, "probe": d and d.probe.name,
+                "step": d and d.step, "row": d and d.row, "max_abs_diff": d and d.max_abs_diff,
+                "first_op": self.first_op, "steps": self.steps, "probe_copies": self.copies,
+                "probe_bytes": self.bytes, "text": self.describe()}
 
 
 def _size(n: int) -> str:
