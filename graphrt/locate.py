@@ -18,7 +18,8 @@ from graphrt.engine import decode
 from graphrt.equivalence import compare
 from graphrt.graphs import TapeGraph
 from graphrt.graphs.lint import module_ranges
-from graphrt.graphs.localize import Localization, OpValue, StepComparer, record_step, tape_ops
+from graphrt.graphs.localize import (Localization, OpValue, StepComparer, record_step, tape_ops,
+                                     tolerances_for)
 from graphrt.graphs.restore import preserved
 from graphrt.graphs.probe import Probe
 from graphrt.model import Qwen2ForCausalLM
@@ -82,7 +83,8 @@ def locate(mode: str, model: Qwen2ForCausalLM, prompt: torch.Tensor, *, steps: i
         eager = _RecordingEager(model, ops=backend.kind == "tape")
         with preserved(model):
             decode(eager, prompt, steps, warmup=1, keep_logits=False, lengths=lengths)
-        comparer = StepComparer(eager.probes, eager.op_values, rows=batch)
+        padded = backend.bucket(batch) != batch
+        comparer = StepComparer(eager.probes, eager.op_values, tolerances_for(backend.kind, padded), rows=batch)
         decode(_ComparedReplay(backend, comparer), prompt, steps, warmup=1, keep_logits=False, lengths=lengths)
     return comparer.result()
 

@@ -34,8 +34,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 from graphrt.errors import GraphrtError
 from graphrt.graphs import Graph, LintReport, TapeGraph, capture, lint_step, new_pool
 from graphrt.graphs.lint import module_ranges, owning_module, step_device
-from graphrt.graphs.localize import (TOLERANCES, Localization, StepComparer, Tolerances, record_step,
-                                     tape_ops, uniform_tolerance)
+from graphrt.graphs.localize import (Localization, StepComparer, Tolerances, record_step, tape_ops,
+                                     tolerances_for, uniform_tolerance)
 from graphrt.graphs.probe import ProbeSet
 from graphrt.graphs.restore import preserved
 
@@ -209,7 +209,7 @@ def _named(args: tuple) -> dict[str, torch.Tensor]:
 
 
 def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Module | None = None,
-             before_step: Callable[[int], None] | None = None, tolerances: Tolerances = TOLERANCES,
+             before_step: Callable[[int], None] | None = None, tolerances: Tolerances | None = None,
              warmup: int = 2) -> Localization:
     """Where a graph of `step` first replays differently from eager: run `step(*states[i])`
     eagerly for every state, then capture it once with a probe on every module and replay it
@@ -219,7 +219,8 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     `before_step(i)`, where given, sets up the world of step i: it runs before step i in both
     runs, and before the capture as for step 0. It is what a caller does between steps: rebind
     a module's tensor, replace a tensor the step reads. `tolerances`: (atol, rtol) per floating
-    dtype. State as in `compare_replay`: the eager run, the warmup and a tape's capture are
+    dtype; by default exact on a tape, `graphrt.graphs.localize.LAST_BITS` for a CUDA
+    graph. State as in `compare_replay`: the eager run, the warmup and a tape's capture are
     undone, the replays' writes stay.
     """
     if warmup < 1:
@@ -228,7 +229,8 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     before = before_step or (lambda i: None)
     calls = [_args(state) for state in states]
     device = step_device(model, calls[0])
-    tape = new_pool(device).kind == "tape"
+    kind = new_pool(device).kind
+    tape = kind == "tape"
     eager_probes, eager_ops = [], []
     with module_ranges(model):
         with preserved(model):
@@ -241,7 +243,7 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
         statics = _statics(calls[0])
         probe_set = ProbeSet(model, _named(tuple(statics)))
         graph, _ = _capture_undone(probe_set.wrap(lambda: step(*statics)), model, device, warmup)
-        comparer = StepComparer(eager_probes, eager_ops, tolerances)
+        comparer = StepComparer(eager_probes, eager_ops, tolerances if tolerances is not None else tolerances_for(kind))
         skip = probe_set.storages()
         for i, args in enumerate(calls):
             if comparer.done:

@@ -21,7 +21,7 @@ from graphrt.config import PRESETS
 from graphrt.engine import decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import TapeGraph, capture
-from graphrt.graphs.localize import TOLERANCES, compare_values
+from graphrt.graphs.localize import LAST_BITS, EXACT, compare_values
 from graphrt.graphs.probe import ProbeSet
 from graphrt.locate import locate
 from graphrt.model import Qwen2MLP
@@ -62,13 +62,13 @@ def reads_outside(mlp: nn.Module, outside: dict) -> None:
     mlp.forward = forward
 
 
-def counts_calls(mlp: nn.Module) -> None:
+def counts_calls(mlp: nn.Module, per_call: float = 1 / 8) -> None:
     """`mlp` scales its output by a Python count of its calls: a value a graph freezes."""
     mlp.calls = 0
 
     def forward(x):
         mlp.calls += 1
-        return Qwen2MLP.forward(mlp, x) * (1 + mlp.calls / 8)
+        return Qwen2MLP.forward(mlp, x) * (1 + mlp.calls * per_call)
     mlp.forward = forward
 
 
@@ -141,7 +141,7 @@ def test_a_value_a_module_passes_to_its_child_names_that_module_not_the_child():
     assert where.first_op == "aten.mul.Tensor (op 1 of 2 inside it)"
     assert re.match(r"localized: 1 \(Gate\) is the first module whose replay differs from eager: its own "
                     r"code passes input 0 of 1\.child \(Linear\) that differs \(step 1, row \d, max \|Δ\| "
-                    r"[\d.]+ > atol 1e-05 \+ rtol 1e-05 × \|eager\|\) while everything before it matched; "
+                    r"[\d.]+ > 0 \(exact\)\) while everything before it matched; "
                     r"first op inside it that differs: aten\.mul\.Tensor \(op 1 of 2 inside it\) "
                     r"\(probes: 10 copies, 480 B per step\)$", where.describe())
 
@@ -207,6 +207,15 @@ def test_run_says_a_static_input_left_stale_is_a_cause_outside_the_step(cli, dee
     # the prompt is 16 tokens long: eager's first step is at position 16, the stale buffer holds 0
     assert line.startswith("localized: the step's inputs already differ (input positions, step 0, "
                            "row 0, max |Δ| 16 > 0 (exact)): the cause is outside the step")
+
+
+def test_run_localizes_a_mode_whose_tokens_match_but_logits_differ(cli, deep_run):
+    deep_run(lambda model: counts_calls(model.model.layers[K].mlp, per_call=1e-5))
+    result = cli(*run_args("graph"))
+    assert result.exit_code == 0, result.output
+    assert "graph vs eager: tokens identical; max |Δ logits| " in result.output
+    (line,) = localized_lines(result.output)
+    assert line.startswith(f"localized: model.layers.{K}.mlp (Qwen2MLP) is the first module")
 
 
 def test_run_writes_the_localization_into_its_json(cli, deep_run, tmp_path):
@@ -288,15 +297,22 @@ def test_probes_change_no_logit_and_add_only_copies(backend_class):
 # The rules underneath
 
 
-def test_tolerance_is_stated_per_dtype_and_integers_are_exact():
+def test_a_cuda_graph_or_padded_batch_is_compared_within_a_tolerance_per_dtype_integers_exactly():
     eager = torch.ones(2, 3)
     close = eager + torch.tensor([[0.0, 0.0, 0.0], [0.0, 4e-3, 0.0]])
-    assert compare_values(eager.bfloat16(), close.bfloat16(), TOLERANCES) is None  # within bf16's 1e-2
-    row, diff, limit = compare_values(eager, close, TOLERANCES)
+    assert compare_values(eager.bfloat16(), close.bfloat16(), LAST_BITS) is None  # within bf16's 1e-2
+    row, diff, limit = compare_values(eager, close, LAST_BITS)
     assert (row, limit) == (1, "atol 1e-05 + rtol 1e-05 × |eager|") and diff == pytest.approx(4e-3, rel=1e-4)
-    assert compare_values(torch.tensor([3, 4]), torch.tensor([3, 5]), TOLERANCES) == (1, 1.0, "0 (exact)")
-    assert compare_values(torch.tensor([float("nan")]), torch.tensor([float("nan")]), TOLERANCES) is None
-    assert compare_values(torch.tensor([1.0]), torch.tensor([float("nan")]), TOLERANCES)[1] == float("inf")
+    assert compare_values(torch.tensor([3, 4]), torch.tensor([3, 5]), LAST_BITS) == (1, 1.0, "0 (exact)")
+    assert compare_values(torch.tensor([float("nan")]), torch.tensor([float("nan")]), LAST_BITS) is None
+    assert compare_values(torch.tensor([1.0]), torch.tensor([float("nan")]), LAST_BITS)[1] == float("inf")
+
+
+def test_a_tape_is_compared_bitwise():
+    # a tape replays eager's very ops: a last-bit difference is already the bug
+    one = torch.ones(2)
+    assert compare_values(one, one.nextafter(torch.full((2,), 2.0)), EXACT)[2] == "0 (exact)"
+    assert compare_values(one.bfloat16(), one.bfloat16(), EXACT) is None
 
 
 class Branches(nn.Module):
