@@ -6,8 +6,13 @@ localized to that module (on a tape here; the cuda-marked ones with real CUDA gr
 false report: clean steps localize to "no difference", and probes change no logit.
 """
 
+import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -219,8 +224,6 @@ def test_run_localizes_a_mode_whose_tokens_match_but_logits_differ(cli, deep_run
 
 
 def test_run_writes_the_localization_into_its_json(cli, deep_run, tmp_path):
-    import json
-
     deep_run(lambda model: counts_calls(model.model.layers[K].mlp))
     out = tmp_path / "run.json"
     assert cli(*run_args("graph"), "--json", out).exit_code == 0
@@ -356,3 +359,15 @@ def test_probe_copies_are_captured_so_each_replay_leaves_its_module_outputs():
             assert torch.equal(got["output of 1 (ReLU)"], hidden.relu())
             assert torch.equal(got["output of the step"], out)
     assert probes.copies == 8 and probes.bytes == 8 * 2 * 4  # 2 step probes + 3 per module, 2 floats each
+
+
+def test_the_device_check_script_names_the_planted_weight_and_finds_nothing_in_a_clean_step(tmp_path):
+    repo = Path(__file__).resolve().parent.parent
+    out = tmp_path / "localize.json"
+    done = subprocess.run([sys.executable, str(repo / "scripts" / "gpu_localize.py"), "--out", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("gpu_localize (ok, ") and len(done.stdout.splitlines()) == 1
+    found = json.loads(out.read_text())
+    assert found["named_the_planted_module"] and found["clean_found_nothing"]
+    assert found["rebound"]["module"] == found["planted"]["module"] == "model.layers.1.mlp.down_proj (Linear)"
