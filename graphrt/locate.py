@@ -40,7 +40,7 @@ class _RecordingEager(Backend):
         super().__init__(model)
         self.ops = ops
         self.probes: list[list[Probe]] = []
-        self.op_values: list[list[OpValue]] = []
+        self.op_values: list[list[OpValue] | None] = []
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         logits, probes, ops = record_step(lambda: self.model.decode_step(tokens, positions), self.model,

@@ -143,6 +143,19 @@ def test_a_kv_cache_rebound_after_capture_is_localized_to_the_attention_that_wri
         assert where.first_op.startswith("aten.index_put_.default (op ")
 
 
+def test_where_ops_would_take_too_much_memory_the_module_is_named_without_its_op(monkeypatch):
+    monkeypatch.setattr("graphrt.graphs.localize.OP_VALUES_BYTES", 0)
+    model = deep_model()
+    outside = {}
+    reads_outside(model.model.layers[K].mlp, outside)
+    biases = [torch.zeros(64), torch.ones(64)]
+    with torch.inference_mode():
+        where = localize(model.decode_step, decode_states(model),
+                         before_step=lambda step: outside.update(bias=biases[min(step, 1)]))
+    assert where.difference.module == f"model.layers.{K}.mlp (Qwen2MLP)" and where.first_op is None
+    assert "first op" not in where.describe()
+
+
 class Gate(nn.Module):
     """Multiplies its input by a plain tensor attribute, then runs its child."""
 

@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt import nvtx
-from graphrt.graphs.probe import STEP, Probe, observe
+from graphrt.graphs.probe import STEP, Probe, observe, tensor_leaves
 from graphrt.graphs.tape import TapeGraph
 from graphrt.opcount import classify, does_work, storage_key
 
@@ -56,6 +56,11 @@ def tolerances_for(kind: str, padded: bool = False) -> Tolerances:
     """The tolerances a graph of `kind` ("tape" or "cuda") is compared with eager under;
     `padded`: it runs a batch padded to a larger bucket."""
     return EXACT if kind == "tape" and not padded else LAST_BITS
+
+
+# What one eager step's op values may take (a copy of everything each op wrote); above it, a
+# tape's verdict names the module without the op inside it.
+OP_VALUES_BYTES = 256 << 20
 
 
 def uniform_tolerance(atol: float, rtol: float) -> Tolerances:
@@ -180,24 +185,22 @@ class _OpRecorder(TorchDispatchMode):
             self.ops.append((tuple(self.open_ranges), str(func), out))
         return out
 
-    def values(self) -> list[OpValue]:
-        return [OpValue(ranges, name, tuple(t.detach().clone() for t in _leaves(out)))
-                for ranges, name, out in self.ops]
-
-
-def _leaves(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _leaves(item)]
-    return []
+    def values(self) -> list[OpValue] | None:
+        """A copy of what each op wrote; None where that would take more than OP_VALUES_BYTES
+        (an in-place write into a long KV cache is a copy of the whole cache)."""
+        written = [tensor_leaves(out) for _, _, out in self.ops]
+        if sum(t.numel() * t.element_size() for leaves in written for t in leaves) > OP_VALUES_BYTES:
+            return None
+        return [OpValue(ranges, name, tuple(t.detach().clone() for t in leaves))
+                for (ranges, name, _), leaves in zip(self.ops, written)]
 
 
 def record_step(fn: Callable[[], T], model: nn.Module | None, inputs: Mapping[str, torch.Tensor],
-                *, output: bool = True, ops: bool = False) -> tuple[T, list[Probe], list[OpValue]]:
+                *, output: bool = True, ops: bool = False) -> tuple[T, list[Probe], list[OpValue] | None]:
     """Run `fn()` eagerly: its result, a copy of each probe, and (with `ops`) each op that does
-    work with its value at the end of the step. Module ranges must be attached to `model` for
-    ops to know their modules (graphrt.graphs.lint.module_ranges)."""
+    work with its value at the end of the step (None without `ops`, or where they would take
+    too much memory). Module ranges must be attached to `model` for ops to know their modules
+    (graphrt.graphs.lint.module_ranges)."""
     probes: list[Probe] = []
     recorder: _OpRecorder | None = None
 
@@ -209,7 +212,7 @@ def record_step(fn: Callable[[], T], model: nn.Module | None, inputs: Mapping[st
             recorder.paused = False
 
     if not ops:
-        return observe(fn, model, inputs, keep, output), probes, []
+        return observe(fn, model, inputs, keep, output), probes, None
     with nvtx.open_ranges() as stack:
         recorder = _OpRecorder(stack)
         with recorder:
@@ -223,7 +226,7 @@ def tape_ops(tapes: Sequence[TapeGraph], skip: set[int]) -> list[OpValue]:
     found = []
     for tape in tapes:
         for ranges, name, out in zip(tape.op_ranges, tape.op_names, tape.op_outputs):
-            leaves = _leaves(out)
+            leaves = tensor_leaves(out)
             if not any(storage_key(t) in skip for t in leaves):
                 found.append(OpValue(ranges, name, tuple(t.detach().clone() for t in leaves)))
     return found
@@ -308,7 +311,7 @@ class StepComparer:
     """Compares one replayed step after another with the eager run's probes (and, on a tape,
     its ops); stops at the first difference, which `result()` then reports."""
 
-    def __init__(self, eager_probes: Sequence[Sequence[Probe]], eager_ops: Sequence[Sequence[OpValue]],
+    def __init__(self, eager_probes: Sequence[Sequence[Probe]], eager_ops: Sequence[Sequence[OpValue] | None],
                  tolerances: Tolerances, rows: int | None = None) -> None:
         self.eager_probes, self.eager_ops = eager_probes, eager_ops
         self.tolerances, self.rows = tolerances, rows
@@ -322,18 +325,19 @@ class StepComparer:
         return self.difference is not None or self.compared >= len(self.eager_probes)
 
     def compare(self, replayed: Sequence[Probe], copies: int, nbytes: int,
-                tape_ops: Callable[[], list[OpValue]] | None = None) -> None:
-        """Step `self.compared`'s probes as the replay left them; `tape_ops` reads the tape's
-        ops of the same replay (on a tape; called only where a module differs)."""
+                read_tape_ops: Callable[[], list[OpValue]] | None = None) -> None:
+        """Step `self.compared`'s probes as the replay left them; `read_tape_ops` reads the
+        tape's ops of the same replay (on a tape; called only where a module differs)."""
         if self.done:
             return
         step = self.compared
         self.compared += 1
         self.probes, self.copies, self.bytes = len(replayed), copies, nbytes
         self.difference = first_difference(self.eager_probes[step], replayed, step, self.tolerances, self.rows)
-        if self.difference is not None and self.difference.kind == "module" and tape_ops is not None \
-                and step < len(self.eager_ops):
-            self.first_op = first_op_inside(self.difference.module, self.eager_ops[step], tape_ops(),
+        eager_ops = self.eager_ops[step]
+        if self.difference is not None and self.difference.kind == "module" and read_tape_ops is not None \
+                and eager_ops is not None:
+            self.first_op = first_op_inside(self.difference.module, eager_ops, read_tape_ops(),
                                             self.tolerances, self.rows)
 
     def result(self) -> Localization:

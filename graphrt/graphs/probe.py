@@ -57,14 +57,14 @@ SAME_CALLS = "a probed step must call the same modules in the same order with th
 Action = Callable[[Probe], None]  # told each probe with the tensor the step passed there
 
 
-def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+def tensor_leaves(value: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _each(where: str, what: str, value: Any, action: Action, caller: str | None = None,
           numbered: bool = False) -> None:
     """`action` on every tensor in `value`; several (or any, if `numbered`) as `what i`."""
-    leaves = _tensor_leaves(value)
+    leaves = tensor_leaves(value)
     for i, t in enumerate(leaves):
         action(Probe(where, f"{what} {i}" if numbered or len(leaves) > 1 else what, t, caller))
 
