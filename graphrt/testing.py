@@ -12,7 +12,10 @@ its first two steps), then runs it `steps` times eagerly, then captures it once 
 CUDA, a TapeGraph elsewhere) and replays it for the same steps, copying each step's inputs into
 the static buffers as a graph runner does. Outputs must match: integer and boolean outputs
 exactly, floating ones within `atol + rtol * |eager|` (0 and 0 by default: bitwise, which a tape
-gives). The first difference fails the test with its step, output and size.
+gives). The first difference fails the test with its step, output and size, and under it
+where the replay first differs: `localize(step, states)` captures the step once more with a
+probe on every module and names the first module whose replayed output differs from eager's
+(graphrt.graphs.localize); it also gives that verdict as data for any step.
 
 State: the eager run is undone before the graph runs (`graphrt.graphs.restore.preserved`: the
 tensors it wrote, the module attributes, the RNG), so both start from the same state; the graph

@@ -8,10 +8,8 @@ false report: clean steps localize to "no difference", and probes change no logi
 
 import copy
 import json
-import os
 import re
-import subprocess
-import sys
+import runpy
 from dataclasses import replace
 from pathlib import Path
 
@@ -399,13 +397,12 @@ def test_probe_copies_are_captured_so_each_replay_leaves_its_module_outputs():
     assert probes.copies == 8 and probes.bytes == 8 * 2 * 4  # 2 step probes + 3 per module, 2 floats each
 
 
-def test_the_device_check_script_names_the_planted_weight_and_finds_nothing_in_a_clean_step(tmp_path):
-    repo = Path(__file__).resolve().parent.parent
+def test_the_device_check_script_names_the_planted_weight_and_finds_nothing_in_a_clean_step(tmp_path, capsys):
+    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "gpu_localize.py"))
     out = tmp_path / "localize.json"
-    done = subprocess.run([sys.executable, str(repo / "scripts" / "gpu_localize.py"), "--out", str(out)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("gpu_localize (ok, ") and len(done.stdout.splitlines()) == 1
+    assert script["main"](["--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("gpu_localize (ok, ") and len(printed.splitlines()) == 1
     found = json.loads(out.read_text())
     assert found["named_the_planted_module"] and found["clean_found_nothing"]
     assert found["rebound"]["module"] == found["planted"]["module"] == "model.layers.1.mlp.down_proj (Linear)"

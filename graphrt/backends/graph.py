@@ -18,6 +18,7 @@ from graphrt.nvtx import nvtx_range
 
 T = TypeVar("T")
 
+
 def parse_buckets(text: str) -> tuple[int, ...]:
     """`--buckets 1,2,4,8` -> (1, 2, 4, 8): positive integers, strictly increasing."""
     try:
@@ -77,8 +78,8 @@ class GraphBackend(Backend):
     (`lint_decode`); a finding is a GraphCaptureError, unless `lint` is off. With `annotate`, a
     CUDA capture also records the ranges open at each graph node's capture where the machine
     can (`CudaGraph.node_ranges`); off by default, as it adds to the capture time. With
-    `probe`, every capture also copies the step's inputs, each module's output and the logits
-    into probe buffers (graphrt.graphs.probe; `probe_values`): what localizing a difference
+    `probe`, every capture also copies the step's inputs, each module's inputs and output and
+    the logits into probe buffers (graphrt.graphs.probe; `probe_values`): what localizing a difference
     from eager reads after each step.
     """
 
