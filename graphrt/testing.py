@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
 from graphrt.errors import GraphrtError
-from graphrt.graphs import Graph, LintReport, TapeGraph, capture, lint_step, new_pool
+from graphrt.graphs import Graph, LintReport, TapeGraph, capture, graph_kind, lint_step, new_pool
 from graphrt.graphs.lint import module_ranges, owning_module, step_device
 from graphrt.graphs.localize import (Localization, StepComparer, Tolerances, record_step, tape_ops,
                                      tolerances_for, uniform_tolerance)
@@ -228,18 +228,19 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     """
     if warmup < 1:
         raise GraphrtError(f"localize needs warmup >= 1 (its first call sizes the probes), got {warmup}")
+    if not states:
+        raise GraphrtError("localize needs at least one input state")
     model = model if model is not None else owning_module(step)
     before = before_step or (lambda i: None)
     calls = [_args(state) for state in states]
     device = step_device(model, calls[0])
-    kind = new_pool(device).kind
-    tape = kind == "tape"
+    kind = graph_kind(device)
     eager_probes, eager_ops = [], []
     with module_ranges(model):
         with preserved(model):
             for i, args in enumerate(calls):
                 before(i)
-                _, probes, ops = record_step(lambda: step(*args), model, _named(args), ops=tape)
+                _, probes, ops = record_step(lambda: step(*args), model, _named(args), ops=kind == "tape")
                 eager_probes.append(probes)
                 eager_ops.append(ops)
         before(0)

@@ -366,6 +366,15 @@ class Branches(nn.Module):
         return second(first(x))
 
 
+@pytest.mark.parametrize("states, warmup, message", [
+    ([], 2, "localize needs at least one input state"),
+    ([torch.ones(2)], 0, "localize needs warmup >= 1 (its first call sizes the probes), got 0"),
+])
+def test_localize_refuses_no_states_and_no_warmup_in_one_line(states, warmup, message):
+    with pytest.raises(GraphrtError, match=f"^{re.escape(message)}$"):
+        localize(nn.Linear(2, 2), states, warmup=warmup)
+
+
 def test_a_probed_step_that_calls_its_modules_in_another_order_is_refused():
     model = Branches()
     probes = ProbeSet(model, {"x": torch.ones(1, 2)})
