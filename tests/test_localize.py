@@ -329,6 +329,9 @@ def test_probes_change_no_logit_and_add_only_copies(backend_class):
                 if out.untyped_storage()._cdata not in skip]]
         copies = sum(len(tape) for tape in tapes[1]) - len(ops[1])
         assert ops[0] == ops[1]  # the step's own ops, unchanged and in order
+        # the step's inputs and output once per step, piecewise too
+        at_step = [probe.what for probe in probed.probe_values(bs) if probe.where == "the step"]
+        assert at_step == ["input tokens", "input positions", "output"]
         assert copies == sum(p.copies for p in probes) > 4 * LAYERS  # one copy per probe, no more
 
 
