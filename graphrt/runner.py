@@ -124,9 +124,10 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
         on_done: Callable[[RunResult, str], None] | None = None) -> RunResult:
     """Decode the same prompt through every mode of the spec, on one model and one cache.
 
-    Every mode is timed first, then each step's launches are counted (`count_launches`): the
-    profiler that counts them on CUDA would otherwise tax the modes timed after it. Last, a
-    graph mode whose output differs from eager's is localized (graphrt.locate). `on_done`
+    Every mode is timed first, then every mode's step is counted in one go (`count_launches`): the
+    profiler that counts them on CUDA would otherwise tax the modes timed after it, and only a
+    process's first profiler session links graph kernels to their launches. Last, a graph mode
+    whose output differs from eager's is localized (graphrt.locate). `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
     """
     config, model, device, dtype = load(spec)
@@ -148,9 +149,9 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
-            for backend in backends:
-                gen = result.generations[backend.name]
-                gen.launches = count_launches(backend, gen, spec.prompt_len)
+            counted = count_launches([(b, result.generations[b.name]) for b in backends], spec.prompt_len)
+            for name, launches in counted.items():
+                result.generations[name].launches = launches
             result.localizations = locate_differences(result, model, lengths)
     finally:
         nvtx.set_enabled(was_enabled)

@@ -30,7 +30,7 @@ def test_prefill_and_16_decode_steps_match_hf_logits(tiny_config, tmp_path):
         positions = torch.full((batch,), prompt_len)
         for _ in range(steps):
             ours_step = ours.decode_step(token, positions)
-            hf_out = hf(token, past_key_values=cache, use_cache=True)
+            hf_out = hf(token, cache=cache, use_cache=True)
             assert (ours_step - hf_out.logits[:, -1]).abs().max() <= 1e-4
             cache, token = hf_out.past_key_values, greedy(ours_step)
             positions += 1
@@ -86,7 +86,7 @@ def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_co
             hf_out = hf(prompt, use_cache=True)
             cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
             for step in range(steps):
-                hf_out = hf(hf_token, past_key_values=cache, use_cache=True)
+                hf_out = hf(hf_token, cache=cache, use_cache=True)
                 assert (ours_steps[step][row] - hf_out.logits[0, -1]).abs().max() <= 1e-4, (row, step)
                 cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
 
