@@ -95,7 +95,11 @@ def summary_lines(result: RunResult) -> list[str]:
             continue
         lines.append(f"speedup {mode} vs eager: {eager.stats.median / gen.stats.median:.2f}x "
                      "(median step)")
-    lines += [compare(eager, gen).describe() for mode, gen in gens.items() if mode != "eager"]
+    for mode, gen in gens.items():
+        if mode != "eager":
+            lines.append(compare(eager, gen).describe())
+            if mode in result.localizations:
+                lines.append(f"  {result.localizations[mode].describe()}")
     said: dict[str, list[str]] = {}  # a note, and the modes that give it
     for mode, gen in gens.items():
         for note in gen.prepare.notes:
@@ -135,6 +139,8 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             modes[mode]["equivalence"] = {
                 "identical": eq.identical, "first_divergence": eq.first_divergence,
                 "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps}
+            if mode in result.localizations:
+                modes[mode]["localization"] = result.localizations[mode].as_dict()
     return {
         "model": result.config.name,
         "config": result.config.to_hf_dict(),

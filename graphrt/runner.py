@@ -13,7 +13,9 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.graphs.localize import Localization
 from graphrt.launches import StepLaunches
+from graphrt.locate import locate_differences
 from graphrt.weights import build_model
 
 
@@ -96,6 +98,8 @@ class RunResult:
     # None with the reason in `reference_note` where transformers cannot run here
     reference_launches: StepLaunches | None = None
     reference_note: str | None = None
+    # per graph mode whose tokens or logits differ from eager's: where its replay first differs
+    localizations: dict[str, Localization] = field(default_factory=dict)
 
 
 def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
@@ -127,7 +131,8 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
 
     Every mode is timed first, then every mode's step is counted in one go (`count_launches`): the
     profiler that counts them on CUDA would otherwise tax the modes timed after it, and only a
-    process's first profiler session links graph kernels to their launches. `on_done`
+    process's first profiler session links graph kernels to their launches. Last, a graph mode
+    whose output differs from eager's is localized (graphrt.locate). `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
     """
     config, model, device, dtype = load(spec)
@@ -149,17 +154,24 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
-            counted = [(b, result.generations[b.name]) for b in backends]
-            reference, result.reference_note = _reference_backend(model, prompt)
-            if reference is not None:  # HF's step, for scale: counted last, in the same session
-                counted.append((reference, counted[0][1]))
-            launches = count_launches(counted, spec.prompt_len)
-            result.reference_launches = launches.pop(reference.name) if reference is not None else None
-            for name, counts in launches.items():
-                result.generations[name].launches = counts
+            _count(result, backends, model)
+            result.localizations = locate_differences(result, model, lengths)
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def _count(result: RunResult, backends: list[Backend], model: torch.nn.Module) -> None:
+    """One more step of each mode, and of HF's step for scale where it can run, counted last
+    and all in one profiler session (graphrt.launches.count_steps)."""
+    counted = [(b, result.generations[b.name]) for b in backends]
+    reference, result.reference_note = _reference_backend(model, result.prompt)
+    if reference is not None:
+        counted.append((reference, counted[0][1]))
+    launches = count_launches(counted, result.spec.prompt_len)
+    result.reference_launches = launches.pop(reference.name) if reference is not None else None
+    for name, counts in launches.items():
+        result.generations[name].launches = counts
 
 
 def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Backend | None, str | None]:
