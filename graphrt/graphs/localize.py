@@ -122,7 +122,11 @@ def compare_values(eager: torch.Tensor, replay: torch.Tensor, tolerances: Tolera
     else:
         atol, rtol = tolerance
         excess, limit = diff - (atol + rtol * a.abs()), f"atol {atol:g} + rtol {rtol:g} × |eager|"
-    excess = torch.where(torch.isnan(a) & torch.isnan(b), 0.0, excess.nan_to_num(nan=math.inf))
+    # equal values are no difference, infinities too (an additive mask's -inf minus itself is
+    # nan), and nan matches nan; any other nan is as far off as can be
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    diff = torch.where(same, 0.0, diff)
+    excess = torch.where(same, 0.0, excess.nan_to_num(nan=math.inf))
     if not (excess > 0).any():
         return None
     worst = int(excess.reshape(-1).argmax())
