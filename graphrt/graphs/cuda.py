@@ -69,6 +69,7 @@ def capture_cuda(
             with torch.cuda.graph(graph, pool=None if pool is None else pool.handle, stream=side):
                 with HostReadGuard(), guard, annotations.capturing():
                     out = fn()
+                    guard.end_of_step()
         except RuntimeError as error:
             annotations.discard()
             # Our refusal can surface as CUDA's own error: ending an invalidated capture
