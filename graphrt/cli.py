@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+import torch
 from click.core import ParameterSource
 from tabulate import tabulate
 
@@ -15,6 +16,7 @@ from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
 from graphrt.options import decode_options
+from graphrt.parallel import launch, ranks
 from graphrt.runner import RunSpec
 from graphrt.trace.commands import analyze, trace
 
@@ -29,7 +31,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except GraphrtError as e:
-            click.echo(f"error: {e}", err=True)
+            rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
+            click.echo(f"error: {rank}{e}", err=True)
             sys.exit(1)
         except click.UsageError as e:
             click.echo(f"error: {e.format_message()}", err=True)
@@ -56,9 +59,28 @@ def main() -> None:
                    "it for one row per prompt, or give one for all --batch rows [default: random ids].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write every figure, the prompt and the generated ids (and text) here.")
+@click.option("--tp", type=int, default=RunSpec.tp,
+              help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo on "
+                   "the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1].")
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
+    if options["tp"] > 1 and not ranks.launched():
+        _launch_ranks(options["tp"], runner.resolve_device(options["device"]))
+        return
+    _run(json_path, prompts, options)
+
+
+def _launch_ranks(tp: int, device) -> None:
+    """`graphrt run --tp N`: the same command line again on N ranks, under the launcher."""
+    if device.type == "cuda" and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
+        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
+    launch.launch_command(sys.argv[1:], tp)  # the arguments this process was started with
+
+
+def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:
+    leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
+    echo = click.echo if leader else (lambda *args, **kwargs: None)
     if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
         raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
                            "give one of the two")
@@ -66,10 +88,10 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     if tokenizer:
         options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
     spec = RunSpec(**options)
-    if json_path:
+    if json_path and leader:
         check_writable(json_path)
     if warning := check_recording():
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
 
     def generated(result: runner.RunResult) -> dict:
         return {mode: gen.tokens for mode, gen in result.generations.items()}
@@ -82,21 +104,24 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
 
     def mode_done(result: runner.RunResult, mode: str) -> None:
         if len(result.generations) == 1:
-            click.echo(report.header(result))
-            click.echo(report.timing_header())
-        click.echo(report.timing_row(result, mode))
-        if json_path:  # after every mode: a later failure or a timeout keeps what ran
+            echo(report.header(result))
+            echo(report.timing_header())
+        echo(report.timing_row(result, mode))
+        if json_path and leader:  # after every mode: a later failure or a timeout keeps what ran
             write_json(json_path, document(result))
 
-    result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True), on_done=mode_done)
-    click.echo(report.launches_table(result))
-    for line in report.summary_lines(result):
-        click.echo(line)
+    result = runner.run(spec, on_mode=lambda m: echo(f"running {m}…", err=True), on_done=mode_done)
+    echo(report.launches_table(result))
+    if result.per_rank:
+        echo(f"\n{result.ranks.world} ranks, each figure the slowest rank's unless per rank:")
+        echo(report.ranks_table(result))
+    for line in [*report.summary_lines(result), *report.ranks_lines(result)]:
+        echo(line)
     if tokenizer:
-        click.echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
-    if json_path:
+        echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
+    if json_path and leader:
         write_json(json_path, document(result))
-        click.echo(f"wrote {json_path}")
+        echo(f"wrote {json_path}")
 
 
 @main.command()

@@ -206,7 +206,8 @@ class Qwen2ForCausalLM(nn.Module):
         self.rotary = RotaryTable(cfg.head_dim, cfg.rope_theta, max_seq_len, weight.device)
         register_unsaved(self, "seq_index", torch.arange(max_seq_len, device=weight.device))
         for layer in self.model.layers:
-            layer.self_attn.cache = KVCache(max_batch, cfg.num_key_value_heads, max_seq_len,
+            # the layer's own KV heads: all of them, or a tensor-parallel rank's share
+            layer.self_attn.cache = KVCache(max_batch, layer.self_attn.kv_heads, max_seq_len,
                                             cfg.head_dim, weight.dtype, weight.device)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from graphrt import hardware
 from graphrt.bench.roofline import step_cost
 from graphrt.engine import Generation
 from graphrt.equivalence import compare
+from graphrt.parallel import figures
 from graphrt.runner import RunResult
 
 MIB = 1 << 20
@@ -79,6 +80,32 @@ def launches_table(result: RunResult) -> str:
     return tabulate(rows, headers=headers, missingval="-")
 
 
+def ranks_table(result: RunResult) -> str:
+    """A tensor-parallel run, per mode: the slowest rank's step, how far apart the ranks are,
+    the share of a step in all-reduces, and what each rank launches per step."""
+    rows = []
+    for mode, ranks in result.per_rank.items():
+        s = figures.slowest(ranks)
+        shares = [r.collective_share for r in ranks if r.collective_share is not None]
+        rows.append([mode, s.median, s.p10, s.p90, figures.spread_ms(ranks),
+                     100 * max(shares) if shares else None,
+                     " / ".join("-" if r.ops is None else str(r.ops) for r in ranks)])
+    what = "kernels" if result.device.type == "cuda" else "aten ops"
+    headers = ["mode", "step ms (slowest rank)", "p10", "p90", "rank spread ms", "all-reduce %",
+               f"{what}/step per rank"]
+    return tabulate(rows, headers=headers, floatfmt=".3f", missingval="-")
+
+
+def ranks_lines(result: RunResult) -> list[str]:
+    """Whether every rank generated the same tokens in every mode."""
+    lines = []
+    for mode, ranks in result.per_rank.items():
+        differ = [r.rank for r in ranks if r.tokens != ranks[0].tokens]
+        lines.append(f"{mode}: ranks' tokens identical" if not differ else
+                     f"{mode}: rank(s) {', '.join(map(str, differ))} generated other tokens than rank 0")
+    return lines
+
+
 def summary_lines(result: RunResult) -> list[str]:
     """Speedup and equivalence, each against eager."""
     gens = result.generations
@@ -128,8 +155,14 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             modes[mode]["equivalence"] = {
                 "identical": eq.identical, "first_divergence": eq.first_divergence,
                 "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps}
+    ranks = {mode: [{"rank": r.rank, "samples_ms": list(r.step_ms), "ops_per_step": r.ops,
+                     "collective_share": r.collective_share, "generated_ids": [list(t) for t in r.tokens]}
+                    for r in per_rank]
+             for mode, per_rank in result.per_rank.items()}
     return {
         "model": result.config.name,
+        "tp": result.ranks.world if result.ranks else 1,
+        "ranks": ranks,  # every rank's figures, per mode (tensor-parallel runs)
         "config": result.config.to_hf_dict(),
         "dtype": _dtype_name(result.dtype),
         "batch": spec.batch, "prompt_len": spec.prompt_len, "steps": spec.steps,

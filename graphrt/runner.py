@@ -13,6 +13,8 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.parallel import figures, ranks as ranks_
+from graphrt.parallel.ranks import Ranks
 from graphrt.weights import build_model
 
 
@@ -33,6 +35,8 @@ class RunSpec:
     # token ids per row (of any lengths) instead of random ones; batch and prompt_len follow them
     prompt_ids: tuple[tuple[int, ...], ...] = ()
     lint: bool = True  # lint the step before a graph captures it (GraphBackend)
+    # tensor-parallel ranks; 0: as many as the launcher started (torchrun), else 1
+    tp: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_ids:
@@ -50,6 +54,8 @@ class RunSpec:
         if not 1 <= self.warmup < self.steps:
             raise GraphrtError(f"--warmup must be at least 1 and below --steps ({self.steps}), "
                                f"got {self.warmup}")
+        if self.tp < 0:
+            raise GraphrtError(f"--tp must be a positive integer, got {self.tp}")
         if self.max_seq_len < 0:
             raise GraphrtError(f"--max-seq-len must be positive, got {self.max_seq_len}")
         if self.max_seq_len and self.prompt_len + self.steps > self.max_seq_len:
@@ -91,17 +97,21 @@ class RunResult:
     prompt: torch.Tensor
     generations: dict[str, Generation] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)
+    ranks: Ranks | None = None  # this process's place in a tensor-parallel run
+    # per mode, every rank's figures (tensor-parallel runs only)
+    per_rank: dict[str, list[figures.RankFigures]] = field(default_factory=dict)
 
 
-def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
-    """The spec's model with weights, its cache sized for the largest batch the modes need."""
+def load(spec: RunSpec, ranks: Ranks | None = None
+         ) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
+    """The spec's model with weights (with `ranks`: this rank's share of them)."""
     config, checkpoint = resolve(spec.model)
     if spec.seq_len > config.max_position_embeddings:
         raise GraphrtError(f"sequence length {spec.seq_len} exceeds {config.name}'s "
                            f"max_position_embeddings {config.max_position_embeddings}")
-    device = resolve_device(spec.device)
+    device = ranks.device if ranks is not None else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
-    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed)
+    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed, ranks=ranks)
     return config, model, device, dtype
 
 
@@ -123,14 +133,50 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     Every mode is timed first, then each step's launches are counted (`count_launches`): the
     profiler that counts them on CUDA would otherwise tax the modes timed after it. `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
+
+    Started by torch.distributed's launcher, this process is one rank of a tensor-parallel run:
+    it joins the group, decodes its share, and every rank's figures are gathered after each
+    mode (`result.per_rank`). The graphs are gone before the group is left (NCCL hangs otherwise).
     """
-    config, model, device, dtype = load(spec)
+    ranks = join_ranks(spec)
+    try:
+        return _run(spec, ranks, on_mode, on_done)
+    finally:  # the backends and their graphs went with _run's frame
+        if ranks is not None:
+            ranks_.leave()
+
+
+def join_ranks(spec: RunSpec) -> Ranks | None:
+    """This process's ranks when the launcher started it; None for a single-process run."""
+    if not ranks_.launched():
+        return None
+    ranks = ranks_.join(resolve_device(spec.device).type)
+    if spec.tp and spec.tp != ranks.world:
+        raise GraphrtError(f"--tp {spec.tp}, but the launcher started {ranks.world} ranks")
+    return ranks
+
+
+def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int) -> list[figures.RankFigures]:
+    """This mode's figures of every rank, with one more step profiled for its collectives."""
+    tokens = gen.tokens[:, :1].to(ranks.device)
+    steps = torch.full((tokens.shape[0],), position, dtype=torch.long, device=ranks.device)
+    with torch.inference_mode():
+        share = figures.collective_share(lambda: backend.step(tokens, steps), ranks.device,
+                                          backend.countable_on_cpu)
+    mine = figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
+                               tuple(map(tuple, gen.tokens.tolist())))
+    return figures.gather(mine)
+
+
+def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | None,
+         on_done: Callable[[RunResult, str], None] | None) -> RunResult:
+    config, model, device, dtype = load(spec, ranks)
     modes = expand_modes(spec.mode)
     # made before anything runs: a backend that cannot run here (no compiler) says so now
     backends: list[Backend] = [make_backend(m, model, spec.buckets, spec.lint) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
-    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
+    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device), ranks=ranks)
     was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
     try:
         with nvtx.attach(model):
@@ -146,6 +192,8 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
             for backend in backends:
                 gen = result.generations[backend.name]
                 gen.launches = count_launches(backend, gen, spec.prompt_len)
+                if ranks is not None:
+                    result.per_rank[backend.name] = _rank_figures(backend, gen, ranks, spec.prompt_len)
     finally:
         nvtx.set_enabled(was_enabled)
     return result

@@ -42,6 +42,11 @@ def launched() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def launched_rank() -> int:
+    """This process's rank as the launcher numbered it; 0 in a single-process run."""
+    return int(os.environ.get("RANK", 0))
+
+
 def backend_for(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
