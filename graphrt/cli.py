@@ -12,11 +12,13 @@ from tabulate import tabulate
 from graphrt import __version__, hardware, report, runner, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.bench.command import bench
-from graphrt.errors import GraphrtError
+from graphrt.errors import GraphrtError, first_line
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
 from graphrt.options import decode_options
+from graphrt.config import resolve
 from graphrt.parallel import launch, ranks
+from graphrt.parallel.linear import split
 from graphrt.runner import RunSpec
 from graphrt.trace.commands import analyze, trace
 
@@ -25,14 +27,23 @@ MODE_CHOICES = (*MODES, *GROUPS)
 
 class _Group(click.Group):
     """Turns a GraphrtError anywhere below into one line on stderr and exit status 1, and a
-    usage error (a bad option value) into one line and exit status 2."""
+    usage error (a bad option value) into one line and exit status 2.
+
+    One rank of a tensor-parallel run says which rank it is, and reports any failure in one
+    line: when a rank dies the others fail in their next collective ("connection closed by
+    peer"), and the launcher, which stops them all, names the rank that failed first."""
 
     def invoke(self, ctx: click.Context):
+        rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
         try:
             return super().invoke(ctx)
         except GraphrtError as e:
-            rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
             click.echo(f"error: {rank}{e}", err=True)
+            sys.exit(1)
+        except Exception as e:  # noqa: BLE001 (a rank's failure, in one line)
+            if not rank:
+                raise
+            click.echo(f"error: {rank}{type(e).__name__}: {first_line(e)}", err=True)
             sys.exit(1)
         except click.UsageError as e:
             click.echo(f"error: {e.format_message()}", err=True)
@@ -66,13 +77,15 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
     if options["tp"] > 1 and not ranks.launched():
-        _launch_ranks(options["tp"], runner.resolve_device(options["device"]))
+        _launch_ranks(options["tp"], options["model"], runner.resolve_device(options["device"]))
         return
     _run(json_path, prompts, options)
 
 
-def _launch_ranks(tp: int, device) -> None:
-    """`graphrt run --tp N`: the same command line again on N ranks, under the launcher."""
+def _launch_ranks(tp: int, model: str, device: torch.device) -> None:
+    """`graphrt run --tp N`: the same command line again on N ranks, under the launcher. What
+    every rank would refuse alike is refused here first, in one line."""
+    split(resolve(model)[0], 0, tp)
     if device.type == "cuda" and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
         raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
     launch.launch_command(sys.argv[1:], tp)  # the arguments this process was started with

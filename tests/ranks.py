@@ -75,3 +75,29 @@ def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
             said.append(str(e))
         dist.barrier()
     return said
+
+
+def tp_decode(model: str, prompt: torch.Tensor, steps: int) -> dict:
+    """Decode `prompt` greedily on this rank's share of `model` (a preset or a HF directory)
+    through eager, piecewise and graph: per mode the tokens and kept logits; the graph's tape;
+    the rank's parameters."""
+    from graphrt.backends.factory import make_backend
+    from graphrt.config import resolve
+    from graphrt.engine import decode
+    from graphrt.weights import build_model
+
+    me = ranks_.join("cpu")
+    config, checkpoint = resolve(model)
+    net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)
+    net.setup_cache(prompt.shape[0], prompt.shape[1] + steps)
+    out = {"parameters": {name: p.clone() for name, p in net.state_dict().items()}}
+    for mode in ("eager", "piecewise", "graph"):
+        backend = make_backend(mode, net)
+        backend.prepare(prompt.shape[0])
+        gen = decode(backend, prompt, steps)
+        out[mode] = {"tokens": gen.tokens, "logits": torch.stack(gen.logits)}
+        if mode == "graph":
+            out["tape"] = list(backend.graphs[backend.buckets[0]][0].op_names)
+        del backend  # graphs go before the process group does
+    ranks_.leave()
+    return out

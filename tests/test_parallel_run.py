@@ -1,0 +1,82 @@
+"""`graphrt run --tp 2`: two ranks started through torch.distributed's launcher, one table from
+rank 0, every rank's figures in the JSON; a rank that dies stops every rank, in bounded time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from graphrt.runner import RunSpec, run
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND_S = 90  # no run here takes half of it; a hang would take the collectives' 60 s timeout and more
+
+
+def graphrt(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.Popen([sys.executable, "-m", "graphrt", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+
+
+def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_path):
+    out = tmp_path / "run.json"
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager,graph", "--steps", "6",
+                   "--batch", "2", "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 0, stderr
+    assert stdout.count("2 ranks, each figure the slowest rank's") == 1  # rank 0 alone speaks
+    assert "all-reduce %" in stdout and "eager: ranks' tokens identical" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["tp"] == 2
+    single = run(RunSpec(model="tiny", mode="eager", steps=6, batch=2))
+    for mode in ("eager", "graph"):
+        figures = doc["ranks"][mode]
+        assert [f["rank"] for f in figures] == [0, 1]
+        for f in figures:
+            assert len(f["samples_ms"]) == 6 - doc["warmup"] and f["ops_per_step"] > 0
+            assert 0 < f["collective_share"] < 1
+            assert f["generated_ids"] == single.generations["eager"].tokens.tolist()
+
+
+def _rank_process(launcher: int, rank: int) -> int | None:
+    """The pid of the launcher's worker whose RANK is `rank`, once it exists."""
+    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    for pid in children:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def test_a_rank_that_dies_stops_every_rank_with_one_line_and_no_hang():
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager", "--steps", "4000")
+    start = time.monotonic()
+    while (victim := _rank_process(proc.pid, 1)) is None:
+        assert time.monotonic() - start < BOUND_S and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # let it join the group and start decoding
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=BOUND_S)
+    assert time.monotonic() - start < BOUND_S
+    assert proc.returncode == 1
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: rank 1 of 2 failed (exit code {-signal.SIGKILL}); every rank was stopped")
+    assert "Traceback" not in stderr
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_rank_starts(cli):
+    result = cli("run", "--model", "tiny", "--tp", "3")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("error: --tp 3 does not divide tiny's 4 query heads, 2 KV heads "
+                                     "and 128 intermediate features (the KV heads must divide by "
+                                     "--tp, or --tp by them)")
