@@ -139,11 +139,12 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     mode (`result.per_rank`). The graphs are gone before the group is left (NCCL hangs otherwise).
     """
     ranks = join_ranks(spec)
-    try:
-        return _run(spec, ranks, on_mode, on_done)
-    finally:  # the backends and their graphs went with _run's frame
-        if ranks is not None:
-            ranks_.leave()
+    result = _run(spec, ranks, on_mode, on_done)
+    # The backends and their graphs went with _run's frame; a failure leaves the group to the
+    # process's exit instead, as its traceback still holds them.
+    if ranks is not None:
+        ranks_.leave()
+    return result
 
 
 def join_ranks(spec: RunSpec) -> Ranks | None:
