@@ -40,14 +40,14 @@ class _Group(click.Group):
         except GraphrtError as e:
             click.echo(f"error: {rank}{e}", err=True)
             sys.exit(1)
+        except click.UsageError as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(2)
         except Exception as e:  # noqa: BLE001 (a rank's failure, in one line)
             if not rank:
                 raise
             click.echo(f"error: {rank}{type(e).__name__}: {first_line(e)}", err=True)
             sys.exit(1)
-        except click.UsageError as e:
-            click.echo(f"error: {e.format_message()}", err=True)
-            sys.exit(2)
 
 
 @click.group(cls=_Group)

@@ -97,7 +97,9 @@ def tp_decode(model: str, prompt: torch.Tensor, steps: int) -> dict:
         gen = decode(backend, prompt, steps)
         out[mode] = {"tokens": gen.tokens, "logits": torch.stack(gen.logits)}
         if mode == "graph":
-            out["tape"] = list(backend.graphs[backend.buckets[0]][0].op_names)
+            tape = backend.graphs[backend.buckets[0]][0]
+            out["tape"] = list(tape.op_names)
+            out["tape_ranges"] = list(tape.op_ranges)
         del backend  # graphs go before the process group does
     ranks_.leave()
     return out

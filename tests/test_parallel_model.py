@@ -71,6 +71,9 @@ def test_each_ranks_tape_holds_two_all_reduces_per_layer(decoded):
     _, config, _, _, per_rank = decoded
     for rank in (0, 1):
         assert per_rank[rank]["tape"].count(ALL_REDUCE) == 2 * config.num_hidden_layers
+        # each in a range of its own, so a trace tells its time from the GEMM before it
+        for name, ranges in zip(per_rank[rank]["tape"], per_rank[rank]["tape_ranges"]):
+            assert (name == ALL_REDUCE) == (ranges[-1:] == ("all_reduce[group=0]",)), (name, ranges)
 
 
 def _expected_slices(config, rank: int) -> dict[str, tuple[int, slice]]:

@@ -30,6 +30,7 @@ from torch import nn
 
 from graphrt.config import ModelConfig
 from graphrt.errors import GraphrtError
+from graphrt.nvtx import nvtx_range
 from graphrt.parallel.ranks import Ranks
 
 
@@ -53,9 +54,13 @@ class RowParallelLinear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, group: str):
         super().__init__(in_features, out_features, bias=False)
         self.group = group
+        # an NVTX range of its own, so a trace tells the collective's time from the GEMM's
+        self.range = f"all_reduce[group={group}]"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(F.linear(x, self.weight), self.group)
+        partial = F.linear(x, self.weight)
+        with nvtx_range(self.range):
+            return all_reduce(partial, self.group)
 
 
 @dataclass(frozen=True)
