@@ -1,4 +1,5 @@
-"""Qwen2 for decoding: Hugging Face parameter names, a static KV cache, one graph-safe step.
+"""The decoder for Qwen2/2.5, Qwen3 and Llama 3.x: Hugging Face parameter names, a static KV
+cache, one lean graph-safe step.
 
 Shapes: B batch, T new tokens (the prompt in prefill, 1 in decode), S max_seq_len, C hidden size,
 H query heads, K KV heads, G = H // K query heads per KV head, D head dim, V vocab.
@@ -6,6 +7,13 @@ H query heads, K KV heads, G = H // K query heads per KV head, D head dim, V voc
 The same `forward(tokens, positions)` serves prefill and decode. Everything that changes from step
 to step is a device tensor; no value is read back to the host, so `decode_step` can be captured
 as a CUDA graph (DESIGN.md, invariant 2).
+
+The step is lean, as serving engines make it: q/k/v and gate/up are one GEMM each
+(`graphrt.packing`), every norm is one `F.rms_norm`, rotary is three elementwise ops for q and k
+together, attention is one `F.scaled_dot_product_attention`, and what attention needs from the
+positions (an additive mask) is built once per step, not once per layer. The families differ
+only by `ModelConfig.family`: q/k/v bias (Qwen2), a norm per head of q and k (Qwen3), the
+llama3 rescaling of rotary frequencies (Llama 3.1+).
 """
 
 from __future__ import annotations
@@ -16,13 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphrt.config import ModelConfig
+from graphrt.config import Llama3Rope, ModelConfig
 from graphrt.errors import GraphrtError
+from graphrt.packing import PackedLinear, pack_checkpoint_names
 
 
-def linear(fan_in: int, fan_out: int, *, bias: bool = False) -> nn.Linear:
-    """A projection; Qwen2's have no bias, except q, k and v's."""
-    return nn.Linear(fan_in, fan_out, bias=bias)
+def linear(fan_in: int, fan_out: int) -> nn.Linear:
+    """A projection without bias: o_proj, down_proj, lm_head."""
+    return nn.Linear(fan_in, fan_out, bias=False)
 
 
 def register_unsaved(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
@@ -32,38 +41,65 @@ def register_unsaved(module: nn.Module, name: str, tensor: torch.Tensor) -> None
 
 
 class Qwen2RMSNorm(nn.Module):
+    """One `F.rms_norm`: on CUDA one fused kernel; on the CPU it reaches the dispatcher
+    decomposed (6 ops in fp32).
+
+    It computes in fp32 and multiplies by the weight before the one cast back; HF's RMSNorm
+    casts back first and multiplies in the model dtype. In fp32 the two are the same; in bf16
+    and fp16 they differ by at most one rounding of the product (F.rms_norm's is the more
+    exact), which is the price of one kernel instead of eight."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # in fp32, cast back, then scale: HF's order, which matters in bf16
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def inverse_frequencies(head_dim: int, theta: float, scaling: Llama3Rope | None) -> torch.Tensor:
+    """RoPE's D/2 inverse frequencies, in fp32 on the CPU; rescaled once under `llama3`:
+    wavelengths longer than the pretraining context / low_freq_factor are divided by `factor`,
+    shorter than context / high_freq_factor kept, and those between interpolated."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device="cpu").float() / head_dim)
+    if scaling is None:
+        return inv_freq
+    context = scaling.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > context / scaling.low_freq_factor, inv_freq / scaling.factor, inv_freq)
+    smooth = ((context / wavelen - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    between = (wavelen >= context / scaling.high_freq_factor) & (wavelen <= context / scaling.low_freq_factor)
+    return torch.where(between, smoothed, scaled)
 
 
 class RotaryTable(nn.Module):
-    """cos/sin of every position up to S, in fp32, gathered by a position tensor."""
+    """cos and signed sin of every position up to S, computed in fp32 and stored in the model's
+    dtype (HF casts the same values at every step), gathered by a position tensor in one op."""
 
-    def __init__(self, head_dim: int, theta: float, max_seq_len: int, device: torch.device):
+    def __init__(self, config: ModelConfig, max_seq_len: int, device: torch.device, dtype: torch.dtype):
         super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
-        freqs = torch.outer(torch.arange(max_seq_len, device=device).float(), inv_freq)
-        angles = freqs.tile(2)  # [S, D]: the same angles for both halves (not interleaved)
-        register_unsaved(self, "cos", angles.cos())
-        register_unsaved(self, "sin", angles.sin())
+        inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        freqs = torch.outer(torch.arange(max_seq_len, device="cpu").float(), inv_freq)  # [S, D/2]
+        # rotate-half: x * cos + (-x2, x1) * sin; the sign moves into the table, so rotary
+        # needs only the halves swapped (see `apply_rotary`)
+        cos, sin = freqs.cos().tile(2), torch.cat((-freqs.sin(), freqs.sin()), dim=-1)  # [S, D]
+        register_unsaved(self, "cos_sin", torch.stack((cos, sin), dim=1).to(device, dtype))  # [S, 2, D]
 
-    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [B, T] -> cos, sin [B, T, 1, D] (the 1 broadcasts over heads)
-        return self.cos[positions].unsqueeze(2).to(dtype), self.sin[positions].unsqueeze(2).to(dtype)
+        both = self.cos_sin[positions]  # [B, T, 2, D]
+        return both[:, :, 0:1], both[:, :, 1:2]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, T, heads, D]: rotate-half RoPE."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    """x [B, T, heads, D]: rotate-half RoPE in three ops (a multiply, a swap of halves, a
+    multiply-add); `sin` carries the sign of the first half."""
+    half = x.shape[-1] // 2
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, sin)
 
 
 class KVCache(nn.Module):
@@ -75,26 +111,32 @@ class KVCache(nn.Module):
         shape = (max_batch, kv_heads, max_seq_len, head_dim)
         register_unsaved(self, "k", torch.zeros(shape, dtype=dtype, device=device))
         register_unsaved(self, "v", torch.zeros(shape, dtype=dtype, device=device))
+        register_unsaved(self, "rows", torch.arange(max_batch, device=device).unsqueeze(1))  # [max_batch, 1]
 
     def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [B, T, K, D] at positions [B, T] of rows 0..B-1; return those rows [B, K, S, D]."""
-        rows = torch.arange(k.shape[0], device=k.device).unsqueeze(1)  # [B, 1]
+        b = k.shape[0]
+        rows = self.rows[:b]
         # two index tensors around a slice: the indexed shape is [B, T, K, D], as k and v are
         self.k[rows, :, positions] = k
         self.v[rows, :, positions] = v
-        return self.k[: k.shape[0]], self.v[: k.shape[0]]
+        return self.k[:b], self.v[:b]
 
 
 class Qwen2Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        c, d = config.hidden_size, config.head_dim
+        c, d, family = config.hidden_size, config.head_dim, config.family
         self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
-        self.q_proj = linear(c, self.heads * d, bias=True)
-        self.k_proj = linear(c, self.kv_heads * d, bias=True)
-        self.v_proj = linear(c, self.kv_heads * d, bias=True)
+        self.groups = config.num_query_groups
+        # rows: q heads, then k heads, then v heads (graphrt.packing)
+        self.qkv_proj = PackedLinear(c, (("q_proj", self.heads * d), ("k_proj", self.kv_heads * d),
+                                         ("v_proj", self.kv_heads * d)), bias=family.qkv_bias)
         self.o_proj = linear(self.heads * d, c)
+        # Qwen3: an RMSNorm over each head of q and of k, before rotary
+        self.q_norm = Qwen2RMSNorm(d, config.rms_norm_eps) if family.qk_norm else None
+        self.k_norm = Qwen2RMSNorm(d, config.rms_norm_eps) if family.qk_norm else None
         self.scale = d ** -0.5
         self.cache: KVCache | None = None
 
@@ -102,31 +144,32 @@ class Qwen2Attention(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, C] -> q [B, T, H, D], k, v [B, T, K, D], rotary applied to q and k."""
         b, t, _ = x.shape
-        q = apply_rotary(self.q_proj(x).view(b, t, self.heads, self.head_dim), cos, sin)
-        k = apply_rotary(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim), cos, sin)
-        return q, k, self.v_proj(x).view(b, t, self.kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x).view(b, t, self.heads + 2 * self.kv_heads, self.head_dim)
+        q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=2)
+        if self.q_norm is not None:
+            qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=2)
+        else:
+            qk = qkv[:, :, : self.heads + self.kv_heads]  # q and k side by side: one rotary for both
+        qk = apply_rotary(qk, cos, sin)
+        return qk[:, :, : self.heads], qk[:, :, self.heads:], v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:
-        """The attention core: write k, v at positions [B, T], attend over the cache under
-        mask [B, T, S]; returns the heads side by side [B, T, H*D], before o_proj.
+        """The attention core: write k, v at positions [B, T], attend over the cache under the
+        additive mask [B, 1, T*G, S] (`attention_mask`); returns the heads side by side
+        [B, T, H*D], before o_proj.
 
         The one part of a step whose cost grows with the context (and which a piecewise
         graph leaves eager); everything before and after it is a projection."""
         b, t, _, d = q.shape
-        k_heads, g = self.kv_heads, self.heads // self.kv_heads
         keys, values = self.cache.update(positions, k, v)  # [B, K, S, D]
-
-        # GQA without copying K/V: the G query heads that share a KV head become G*T rows
-        # against it (broadcasting K/V over G instead would copy the whole cache every step)
-        q = q.view(b, t, k_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, k_heads, g * t, d)
-        scores = (q @ keys.mT).view(b, k_heads, g, t, -1) * self.scale  # [B, K, G, T, S]
-        scores = scores.masked_fill(~mask[:, None, None], -math.inf)
-        # softmax in fp32, as HF's eager attention; a CPU computes it in fp32 whatever the dtype,
-        # so only a GPU run tells the two apart
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # pragma: no mutate (CPU)
-        out = probs.view(b, k_heads, g * t, -1) @ values  # [B, K, G*T, D]
-        return out.view(b, k_heads, g, t, d).permute(0, 3, 1, 2, 4).reshape(b, t, self.heads * d)
+        # GQA without copying K/V: the G query heads that share a KV head become T*G query rows
+        # against it (row t*G + g), so SDPA sees K heads and needs no `enable_gqa`, which no
+        # fused CUDA kernel takes together with a mask (torch falls back to its math path and
+        # copies K/V); for T = 1 the reshapes are views
+        q = q.reshape(b, t, self.kv_heads, self.groups, d).transpose(1, 2).reshape(b, self.kv_heads, t * self.groups, d)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
+        return out.view(b, self.kv_heads, t, self.groups, d).transpose(1, 2).reshape(b, t, self.heads * d)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -137,12 +180,12 @@ class Qwen2MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = linear(c, i)
-        self.up_proj = linear(c, i)
+        self.gate_up_proj = PackedLinear(c, (("gate_proj", i), ("up_proj", i)))  # rows: gate, then up
         self.down_proj = linear(i, c)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Qwen2DecoderLayer(nn.Module):
@@ -182,7 +225,9 @@ class Qwen2Model(nn.Module):
 
 
 class Qwen2ForCausalLM(nn.Module):
-    """State-dict compatible with HF's `Qwen2ForCausalLM`.
+    """State-dict compatible with HF's `Qwen2ForCausalLM`, `Qwen3ForCausalLM` or
+    `LlamaForCausalLM`, as `config.model_type` says: the packed projections save and load
+    under the checkpoint's own names (`graphrt.packing`).
 
     Build it (on the `meta` device for big models), load or initialise the weights, then call
     `setup_cache` before the first forward: the rotary table and KV cache live on the weights'
@@ -198,12 +243,13 @@ class Qwen2ForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary: RotaryTable | None = None
         self.max_batch = self.max_seq_len = 0
+        self.register_load_state_dict_pre_hook(pack_checkpoint_names)
 
     def setup_cache(self, max_batch: int, max_seq_len: int) -> None:
         """Allocate the KV cache [max_batch, K, max_seq_len, D] per layer and the rotary table."""
         cfg, weight = self.config, self.lm_head.weight
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
-        self.rotary = RotaryTable(cfg.head_dim, cfg.rope_theta, max_seq_len, weight.device)
+        self.rotary = RotaryTable(cfg, max_seq_len, weight.device, weight.dtype)
         register_unsaved(self, "seq_index", torch.arange(max_seq_len, device=weight.device))
         for layer in self.model.layers:
             # the layer's own KV heads: all of them, or a tensor-parallel rank's share
@@ -220,14 +266,24 @@ class Qwen2ForCausalLM(nn.Module):
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens, positions [B, T] -> the residual stream x [B, T, C], the attention mask
-        [B, T, S] and rotary cos, sin [B, T, 1, D]: what every layer reads."""
+        [B, 1, T*G, S] and rotary cos, sin [B, T, 1, D]: what every layer reads, made once."""
         if self.rotary is None:
             raise GraphrtError("the model has no KV cache yet: call setup_cache(max_batch, max_seq_len) first")
-        # query at position p sees cache slots 0..p: the mask is built on the device
-        mask = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
         x = self.model.embed_tokens(tokens)
-        cos, sin = self.rotary(positions, x.dtype)
-        return x, mask, cos, sin
+        cos, sin = self.rotary(positions)
+        return x, self.attention_mask(positions, x.dtype), cos, sin
+
+    def attention_mask(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """positions [B, T] -> the additive mask [B, 1, T*G, S] that `Qwen2Attention.attend`
+        gives SDPA: 0 where the query at position p may see a cache slot (0..p), -inf elsewhere,
+        built on the device. Additive, since SDPA turns a boolean mask into this in every layer."""
+        b, t = positions.shape
+        seen = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
+        mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, -math.inf)
+        # one row per (query, head of its group), in attend's order t*G + g; the layers' own G
+        # (a tensor-parallel rank holding one replicated KV head has fewer query heads per group)
+        groups = self.model.layers[0].self_attn.groups
+        return mask[:, None, :, None].expand(b, 1, t, groups, -1).reshape(b, 1, t * groups, -1)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """The last layer's output [B, T, C] -> logits [B, T, V]."""

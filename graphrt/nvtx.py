@@ -82,8 +82,8 @@ _DEFAULT_STEP_COLOR = 0xFFC7C7C7
 # is the NVTX loader's own variable, so any NVTX tool that injects itself sets it.
 PROFILER_ENV_VARS = ("NSYS_PROFILING_SESSION_ID", "NVTX_INJECTION64_PATH")
 
-_ATTENTION_LEAVES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj"})
-_MLP_LEAVES = frozenset({"gate_proj", "up_proj", "down_proj"})
+_ATTENTION_LEAVES = frozenset({"qkv_proj", "q_proj", "k_proj", "v_proj", "o_proj"})
+_MLP_LEAVES = frozenset({"gate_up_proj", "gate_proj", "up_proj", "down_proj"})
 
 # nvtx >= 0.2.12 returns this class from get_domain() when no tool says the domain is enabled;
 # 0.2.11 (the pinned release) has no such class and always returns a real Domain.

@@ -71,13 +71,16 @@ def launches_table(result: RunResult) -> str:
     cuda = result.device.type == "cuda"
     headers = ["mode", *(["kernels/step", "graph launches/step", "kernel launches/step"] if cuda
                          else ["aten ops/step"])]
-    rows = []
-    for mode, gen in result.generations.items():
-        counted = gen.launches
-        rows.append([mode, counted and counted.ops,
-                     *([counted and counted.graph_launches, counted and counted.kernel_launches]
-                       if cuda else [])])
-    return tabulate(rows, headers=headers, missingval="-")
+    counts = {mode: gen.launches for mode, gen in result.generations.items()}
+    if result.reference_launches is not None:  # HF's step on the same config, for scale
+        counts["hf eager"] = result.reference_launches
+    rows = [[mode, counted and counted.ops,
+             *([counted and counted.graph_launches, counted and counted.kernel_launches] if cuda else [])]
+            for mode, counted in counts.items()]
+    table = tabulate(rows, headers=headers, missingval="-")
+    if result.reference_note is not None:
+        table += f"\n(no hf eager row: {result.reference_note})"
+    return table
 
 
 def ranks_table(result: RunResult) -> str:
@@ -171,4 +174,6 @@ def to_dict(result: RunResult) -> dict[str, Any]:
         # the rows as given (a padded batch holds pad ids after the shorter ones)
         "prompt_ids": [list(row) for row in spec.prompt_ids] or result.prompt.tolist(),
         "modes": modes,
+        # HF transformers' eager step on the same config and weights (None without transformers)
+        "hf_ops_per_step": result.reference_launches and result.reference_launches.ops,
     }

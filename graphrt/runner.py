@@ -13,6 +13,7 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.launches import StepLaunches
 from graphrt.parallel import figures, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.weights import build_model
@@ -97,6 +98,10 @@ class RunResult:
     prompt: torch.Tensor
     generations: dict[str, Generation] = field(default_factory=dict)
     machine: dict = field(default_factory=dict)
+    # HF transformers' eager step on the same config and weights, counted like the modes' steps;
+    # None with the reason in `reference_note` where transformers cannot run here
+    reference_launches: StepLaunches | None = None
+    reference_note: str | None = None
     ranks: Ranks | None = None  # this process's place in a tensor-parallel run
     # per mode, every rank's figures (tensor-parallel runs only)
     per_rank: dict[str, list[figures.RankFigures]] = field(default_factory=dict)
@@ -195,6 +200,25 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
                 gen.launches = count_launches(backend, gen, spec.prompt_len)
                 if ranks is not None:
                     result.per_rank[backend.name] = _rank_figures(backend, gen, ranks, spec.prompt_len)
+            if ranks is None:
+                result.reference_launches, result.reference_note = _reference_launches(
+                    model, prompt, next(iter(result.generations.values())), spec.prompt_len)
+            else:
+                result.reference_note = "not under --tp: HF's step needs the whole model, a rank holds a share"
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def _reference_launches(model: torch.nn.Module, prompt: torch.Tensor, gen: Generation, position: int
+                        ) -> tuple[StepLaunches | None, str | None]:
+    """What HF transformers' eager step (the bench's peer: StaticCache, the same weights)
+    launches for the same decode step, after its own prefill of the prompt; or why it cannot run."""
+    from graphrt.bench import peer
+
+    if (why := peer.unavailable()) is not None:
+        return None, why
+    reference = peer.PeerBackend(model)
+    with torch.inference_mode():
+        reference.prefill(prompt.to(model.lm_head.weight.device))
+    return count_launches(reference, gen, position), None

@@ -62,7 +62,11 @@ def random_init(model: Qwen2ForCausalLM, seed: int, whole: dict[str, torch.Size]
     every rank of a tensor-parallel model holds its slices of the same model.
     """
     gen = torch.Generator().manual_seed(seed)
-    for name, p in sorted(model.named_parameters()):
+    # by checkpoint name: a packed projection's parts are views of its rows (graphrt.packing)
+    tensors = model.state_dict()
+    if model.config.tie_word_embeddings:
+        tensors.pop("lm_head.weight")  # the embedding's
+    for name, p in sorted(tensors.items()):
         values = torch.randn((whole or {}).get(name, p.shape), generator=gen)
         values = 1 + 0.1 * values if "norm" in name else 0.02 * values
         _fill(p, (slices or {}).get(name), lambda piece: values if piece is None else take(values, piece))

@@ -11,18 +11,21 @@ import torch
 from click.testing import CliRunner
 from hypothesis import strategies as st
 
-from graphrt.config import PRESETS, ModelConfig
+from graphrt.config import PRESETS, Llama3Rope, ModelConfig
 
 
 def _import_what_is_imported_on_first_use() -> None:
     """Import now what torch and transformers would import in the middle of a test: torch._dynamo
-    (the first nn.init under a `with torch.device(...)` pulls it in) and transformers' Qwen2 model.
+    (the first nn.init under a `with torch.device(...)` pulls it in) and transformers' models of
+    the three families.
     Each costs about a second, once per process; under `make mutate` each mutant's tests run in
     a process forked after collection, so a lazy import would cost that second per mutant."""
     import torch._dynamo  # noqa: F401
 
     try:
+        import transformers.models.llama.modeling_llama  # noqa: F401
         import transformers.models.qwen2.modeling_qwen2  # noqa: F401
+        import transformers.models.qwen3.modeling_qwen3  # noqa: F401
     except ImportError:  # transformers is a test reference only: its tests skip without it
         pass
 
@@ -31,11 +34,11 @@ _import_what_is_imported_on_first_use()
 
 
 def hf_reference(config: ModelConfig, seed: int = 0):
-    """HF's Qwen2ForCausalLM for `config`, every parameter randomised (biases and norms too:
-    HF's own init leaves them at 0 and 1, which would never exercise them)."""
+    """HF's model of `config`'s family (Qwen2ForCausalLM, ...), every parameter randomised
+    (biases and norms too: HF's own init leaves them at 0 and 1, which would never exercise them)."""
     transformers = pytest.importorskip("transformers")
-    hf_config = transformers.Qwen2Config(**config.to_hf_dict())
-    model = transformers.Qwen2ForCausalLM(hf_config).eval()
+    hf_config = transformers.AutoConfig.for_model(**config.to_hf_dict())
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -77,6 +80,27 @@ def cpu_unless_marked_cuda(request, monkeypatch):
 def tiny_config(request) -> ModelConfig:
     """`tiny` (4 query heads, 2 KV heads: GQA groups of 2), with and without tied embeddings."""
     return replace(PRESETS["tiny"], tie_word_embeddings=request.param)
+
+
+FAMILY_CONFIGS = {
+    "qwen2-untied": replace(PRESETS["tiny"], tie_word_embeddings=False),
+    "qwen2-tied": replace(PRESETS["tiny"], tie_word_embeddings=True),
+    # Qwen3: no q/k/v bias, a norm per head of q and k, head_dim its own field (4 x 32 != 64)
+    "qwen3": replace(PRESETS["tiny"], name="tiny-qwen3", model_type="qwen3", head_dim=32),
+    # Llama 3: no bias, llama3 rope: with head_dim 16 and theta 1e4 the 8 wavelengths run from
+    # 6 to 20,000 positions, so a pretraining context of 64 puts 1 in the kept band, 2 between
+    # (interpolated) and 5 in the rescaled one
+    "llama3": replace(PRESETS["tiny"], name="tiny-llama3", model_type="llama", rope_theta=10_000.0,
+                      tie_word_embeddings=True,
+                      rope_scaling=Llama3Rope(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                              original_max_position_embeddings=64)),
+}
+
+
+@pytest.fixture(params=list(FAMILY_CONFIGS))
+def family_config(request) -> ModelConfig:
+    """A small config of each family: Qwen2 untied and tied, Qwen3, Llama with llama3 rope."""
+    return FAMILY_CONFIGS[request.param]
 
 
 @pytest.fixture

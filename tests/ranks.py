@@ -77,16 +77,22 @@ def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
     return said
 
 
-def tp_decode(model: str, prompt: torch.Tensor, steps: int) -> dict:
-    """Decode `prompt` greedily on this rank's share of `model` (a preset or a HF directory)
-    through eager, piecewise and graph: per mode the tokens and kept logits; the graph's tape;
-    the rank's parameters."""
+def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, dict]:
+    """Per model (a preset or a HF directory): decode `prompt` greedily on this rank's share of
+    it through eager, piecewise and graph; per mode the tokens and kept logits, the graph's tape
+    with each op's ranges, and the rank's parameters."""
+    me = ranks_.join("cpu")
+    out = {model: _tp_decode(model, me, prompt, steps) for model in models}
+    ranks_.leave()
+    return out
+
+
+def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
     from graphrt.backends.factory import make_backend
     from graphrt.config import resolve
     from graphrt.engine import decode
     from graphrt.weights import build_model
 
-    me = ranks_.join("cpu")
     config, checkpoint = resolve(model)
     net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)
     net.setup_cache(prompt.shape[0], prompt.shape[1] + steps)
@@ -101,5 +107,4 @@ def tp_decode(model: str, prompt: torch.Tensor, steps: int) -> dict:
             out["tape"] = list(tape.op_names)
             out["tape_ranges"] = list(tape.op_ranges)
         del backend  # graphs go before the process group does
-    ranks_.leave()
     return out

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from graphrt import hardware
 from graphrt.bench.roofline import Ceilings, StepCost, ceilings, roofline, step_cost
@@ -21,10 +21,10 @@ def nbytes(t: torch.Tensor) -> int:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("rows, seq_len", [(1, 24), (3, 40)])
-def test_bytes_and_flops_match_the_built_model(tiny_config, dtype, rows, seq_len):
-    model = build_model(tiny_config, CPU, dtype)
+def test_bytes_and_flops_match_the_built_model(family_config, dtype, rows, seq_len):
+    model = build_model(family_config, CPU, dtype)
     model.setup_cache(4, seq_len)  # more rows than the step computes: only `rows` are read
-    cost = step_cost(tiny_config, rows, seq_len, dtype.itemsize)
+    cost = step_cost(family_config, rows, seq_len, dtype.itemsize)
 
     table, head = model.model.embed_tokens.weight, model.lm_head.weight
     rest = sum(nbytes(p) for p in model.parameters() if p is not table and p is not head)
@@ -34,7 +34,10 @@ def test_bytes_and_flops_match_the_built_model(tiny_config, dtype, rows, seq_len
     assert cost.kv_read_bytes == sum(nbytes(c.k[:rows]) + nbytes(c.v[:rows]) for c in caches)
     assert cost.kv_write_bytes == sum(nbytes(c.k[:rows, :, 0]) + nbytes(c.v[:rows, :, 0]) for c in caches)
 
-    counter = FlopCounterMode(display=False)
+    # torch's counter knows the CUDA attention kernels only: teach it the CPU one, by its own formula
+    cpu_attention = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+                     lambda q, k, v, *args, out_shape=None, **kwargs: sdpa_flop_count(q, k, v)}
+    counter = FlopCounterMode(display=False, custom_mapping=cpu_attention)
     with counter, torch.inference_mode():
         model.decode_step(torch.zeros(rows, 1, dtype=torch.long), torch.full((rows,), 5))
     assert cost.flops == counter.get_total_flops()

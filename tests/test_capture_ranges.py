@@ -28,8 +28,8 @@ def test_every_op_of_a_captured_step_names_the_module_that_issued_it():
     assert len(graph.op_ranges) == len(graph)
     innermost = [stack[-1] for stack in graph.op_ranges]
     # Every projection is one matmul, and it is the only op issued inside a Linear's range.
-    linears = [name for name in ranges.range_names if name.endswith("(Linear)")]
-    assert len(linears) == 7 * model.config.num_hidden_layers + 1  # q k v o gate up down, lm_head
+    linears = [name for name in ranges.range_names if name.endswith(("(Linear)", "(PackedLinear)"))]
+    assert len(linears) == 4 * model.config.num_hidden_layers + 1  # qkv o gate_up down, lm_head
     for name in linears:
         ops = [op for op, module in zip(graph.op_names, innermost) if module == name]
         assert len(ops) == 1 and ops[0].split(".")[1] in {"addmm", "mm", "linear"}, (name, ops)

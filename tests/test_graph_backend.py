@@ -22,7 +22,7 @@ from graphrt import nvtx
 from graphrt.model import Qwen2ForCausalLM, greedy
 from graphrt.weights import build_model, random_init
 
-from conftest import small_decodes
+from conftest import FAMILY_CONFIGS, small_decodes
 
 CPU = torch.device("cpu")
 # both graph backends: the full step as one graph, and piecewise graphs around eager attention
@@ -57,9 +57,10 @@ def test_replay_is_bitwise_eager(tiny, batch):
 
 @GRAPH_BACKENDS
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_half_precision_replay_is_bitwise_eager(backend_class, dtype):
+@pytest.mark.parametrize("family", ["qwen2-untied", "qwen3", "llama3"])
+def test_half_precision_replay_is_bitwise_eager(backend_class, dtype, family):
     # RMSNorm converts to fp32 and back: in half precision those are ops a replay must re-run
-    model = build_model(PRESETS["tiny"], CPU, dtype, seed=0)
+    model = build_model(FAMILY_CONFIGS[family], CPU, dtype, seed=0)
     eager, graph, _ = decode_both(model, 2, steps=8, backend_class=backend_class)
     assert torch.equal(eager.tokens, graph.tokens)
     assert all(torch.equal(e, g) for e, g in zip(eager.logits, graph.logits))

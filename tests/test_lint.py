@@ -241,7 +241,7 @@ def test_graphrt_decode_step_is_lint_clean_for_every_preset_at_full_size(preset)
         report = lint_step(model.decode_step, [(tokens, positions), (tokens + 1, positions + 1)],
                            restore=False)
     assert report.clean, str(report)
-    assert report.ops > 60 * PRESETS[preset].num_hidden_layers
+    assert report.ops > 20 * PRESETS[preset].num_hidden_layers  # the whole step: 20+ ops a layer
 
 
 def test_graphrt_decode_step_is_lint_clean_with_real_weights(tiny_config):

@@ -1,24 +1,25 @@
-"""graphrt's Qwen2 computes what Hugging Face transformers computes, from the same checkpoint."""
+"""graphrt's decoder computes what Hugging Face transformers computes, from the same checkpoint,
+for every family it runs: Qwen2 (tied and untied), Qwen3, Llama 3 with llama3 rope."""
 
 import pytest
 import torch
 
 from graphrt.backends.graph import GraphBackend
 from graphrt.errors import GraphrtError
-from graphrt.model import greedy
+from graphrt.model import greedy, inverse_frequencies
 from graphrt.weights import build_model
 
-from conftest import hf_reference, save_reference
+from conftest import FAMILY_CONFIGS, hf_reference, save_reference
 
 CPU = torch.device("cpu")
 
 
-def test_prefill_and_16_decode_steps_match_hf_logits(tiny_config, tmp_path):
-    hf = save_reference(tiny_config, tmp_path)
-    ours = build_model(tiny_config, CPU, torch.float32, checkpoint=tmp_path)
-    batch, prompt_len, steps = 3, 7, 16
+def test_prefill_and_16_decode_steps_match_hf_logits_and_tokens(family_config, tmp_path):
+    hf = save_reference(family_config, tmp_path)
+    ours = build_model(family_config, CPU, torch.float32, checkpoint=tmp_path)
+    batch, prompt_len, steps = 3, 40, 16  # past llama3's pretraining context of 64 by the end
     ours.setup_cache(batch, prompt_len + steps)
-    prompt = torch.randint(0, tiny_config.vocab_size, (batch, prompt_len),
+    prompt = torch.randint(0, family_config.vocab_size, (batch, prompt_len),
                            generator=torch.Generator().manual_seed(1))
     assert len({tuple(row) for row in prompt.tolist()}) == batch  # a different prompt per row
 
@@ -26,14 +27,28 @@ def test_prefill_and_16_decode_steps_match_hf_logits(tiny_config, tmp_path):
         ours_logits = ours.prefill(prompt)
         hf_out = hf(prompt, use_cache=True)
         assert (ours_logits - hf_out.logits).abs().max() <= 1e-4
-        cache, token = hf_out.past_key_values, greedy(ours_logits[:, -1])
+        cache, token = hf_out.cache, greedy(ours_logits[:, -1])
+        assert torch.equal(token, greedy(hf_out.logits[:, -1]))
         positions = torch.full((batch,), prompt_len)
         for _ in range(steps):
             ours_step = ours.decode_step(token, positions)
-            hf_out = hf(token, past_key_values=cache, use_cache=True)
+            hf_out = hf(token, cache=cache, use_cache=True)
             assert (ours_step - hf_out.logits[:, -1]).abs().max() <= 1e-4
-            cache, token = hf_out.past_key_values, greedy(ours_step)
+            cache, token = hf_out.cache, greedy(ours_step)
+            assert torch.equal(token, greedy(hf_out.logits[:, -1]))
             positions += 1
+
+
+def test_the_llama3_test_config_exercises_every_band_of_the_rescaling():
+    # what makes the Llama reference test above a test of llama3 rope: some frequencies kept,
+    # some divided by the factor, some interpolated between the two
+    config = FAMILY_CONFIGS["llama3"]
+    plain = inverse_frequencies(config.head_dim, config.rope_theta, None)
+    scaled = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+    kept = scaled == plain
+    divided = torch.isclose(scaled, plain / config.rope_scaling.factor, rtol=1e-6, atol=0)
+    between = ~kept & ~divided
+    assert kept.any() and divided.any() and between.any()
 
 
 def test_decode_writes_the_cache_in_place(tiny_config):
@@ -59,14 +74,14 @@ def ragged_prompts(vocab_size: int, lengths: list[int]) -> list[torch.Tensor]:
     return [torch.randint(0, vocab_size, (1, n), generator=gen) for n in lengths]
 
 
-def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_config, tmp_path):
+def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(family_config, tmp_path):
     # A serving batch: prompts of different lengths, right-padded into one prefill, then every
     # decode step writes and reads each row at that row's own position. HF decodes each prompt
     # on its own, unpadded: row b must see exactly its own tokens, at its own positions.
-    hf = save_reference(tiny_config, tmp_path)
-    ours = build_model(tiny_config, CPU, torch.float32, checkpoint=tmp_path)
+    hf = save_reference(family_config, tmp_path)
+    ours = build_model(family_config, CPU, torch.float32, checkpoint=tmp_path)
     lengths, steps = [3, 9, 6], 5
-    prompts = ragged_prompts(tiny_config.vocab_size, lengths)
+    prompts = ragged_prompts(family_config.vocab_size, lengths)
     ours.setup_cache(len(lengths), max(lengths) + steps)
     padded = torch.zeros(len(lengths), max(lengths), dtype=torch.long)  # pad id 0, never attended
     for row, prompt in enumerate(prompts):
@@ -84,11 +99,11 @@ def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(tiny_co
 
         for row, prompt in enumerate(prompts):
             hf_out = hf(prompt, use_cache=True)
-            cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
+            cache, hf_token = hf_out.cache, greedy(hf_out.logits[:, -1])
             for step in range(steps):
-                hf_out = hf(hf_token, past_key_values=cache, use_cache=True)
+                hf_out = hf(hf_token, cache=cache, use_cache=True)
                 assert (ours_steps[step][row] - hf_out.logits[0, -1]).abs().max() <= 1e-4, (row, step)
-                cache, hf_token = hf_out.past_key_values, greedy(hf_out.logits[:, -1])
+                cache, hf_token = hf_out.cache, greedy(hf_out.logits[:, -1])
 
 
 def test_a_model_without_its_cache_says_to_set_it_up(tiny_config):
@@ -100,8 +115,31 @@ def test_a_model_without_its_cache_says_to_set_it_up(tiny_config):
         GraphBackend(model, (1,)).prepare(1)
 
 
-def test_the_state_dict_holds_the_names_hf_saves_and_no_more(tiny_config):
-    # what a checkpoint holds: the rotary tables and the KV cache are buffers, but not saved
-    ours = build_model(tiny_config, CPU, torch.float32, seed=0)
+def test_the_state_dict_holds_the_names_hf_saves_and_no_more(family_config):
+    # what a checkpoint holds: the rotary tables and the KV cache are buffers, but not saved;
+    # the packed q/k/v and gate/up rows are saved under HF's own names and shapes
+    ours = build_model(family_config, CPU, torch.float32, seed=0)
     ours.setup_cache(1, 8)
-    assert sorted(ours.state_dict()) == sorted(hf_reference(tiny_config, 0).state_dict())
+    hf = hf_reference(family_config, 0).state_dict()
+    assert [(n, t.shape) for n, t in sorted(ours.state_dict().items())] == [
+        (n, t.shape) for n, t in sorted(hf.items())]
+
+
+def test_a_checkpoint_hf_saved_loads_tensor_for_tensor(family_config, tmp_path):
+    hf = save_reference(family_config, tmp_path).state_dict()
+    ours = build_model(family_config, CPU, torch.float32, checkpoint=tmp_path).state_dict()
+    assert ours.keys() == hf.keys()
+    assert all(torch.equal(ours[name], hf[name]) for name in hf)
+
+
+def test_load_state_dict_takes_hf_names_and_packs_them(family_config):
+    hf = hf_reference(family_config, 3).state_dict()
+    ours = build_model(family_config, CPU, torch.float32, seed=0)
+    assert ours.load_state_dict(hf, strict=True) is not None  # nothing missing, nothing unexpected
+    layer = ours.model.layers[0]
+    q, k, v = (hf[f"model.layers.0.self_attn.{n}_proj.weight"] for n in "qkv")
+    assert torch.equal(layer.self_attn.qkv_proj.weight, torch.cat((q, k, v)))
+    gate, up = (hf[f"model.layers.0.mlp.{n}_proj.weight"] for n in ("gate", "up"))
+    assert torch.equal(layer.mlp.gate_up_proj.weight, torch.cat((gate, up)))
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: [^\n]*\"model\.layers\.0\.mlp\.up_proj\.weight\""):
+        ours.load_state_dict({n: t for n, t in hf.items() if n != "model.layers.0.mlp.up_proj.weight"})

@@ -295,14 +295,11 @@ EXPECTED_KINDS = {
     "model.layers": "other",
     "model.layers.0": "other",
     "model.layers.0.self_attn": "attention",
-    "model.layers.0.self_attn.q_proj": "attention",
-    "model.layers.0.self_attn.k_proj": "attention",
-    "model.layers.0.self_attn.v_proj": "attention",
+    "model.layers.0.self_attn.qkv_proj": "attention",
     "model.layers.0.self_attn.o_proj": "attention",
     "model.layers.0.self_attn.cache": "attention",
     "model.layers.0.mlp": "mlp",
-    "model.layers.0.mlp.gate_proj": "mlp",
-    "model.layers.0.mlp.up_proj": "mlp",
+    "model.layers.0.mlp.gate_up_proj": "mlp",
     "model.layers.0.mlp.down_proj": "mlp",
     "model.layers.0.input_layernorm": "norm",
     "model.layers.0.post_attention_layernorm": "norm",
@@ -329,6 +326,8 @@ def test_kind_from_a_trace_name_matches_kind_from_the_module(tiny):
 @pytest.mark.parametrize("qualname, cls, kind", [
     ("model.rotary_emb", "Qwen2RotaryEmbedding", "attention"),  # HF's rotary, not an embedding
     ("model.layers.5.self_attn.q_norm", "Qwen3RMSNorm", "norm"),
+    ("q_proj", "Linear", "attention"),  # HF's unpacked projections, in a peer's trace
+    ("up_proj", "Linear", "mlp"),
     ("transformer.h.0.attn", "GPT2Attention", "attention"),
     ("decoder.ffn", "FeedForwardMLP", "mlp"),
     ("encoder.conv", "Conv1d", "other"),

@@ -16,33 +16,46 @@ from graphrt.engine import decode
 from graphrt.parallel.launch import launch
 from graphrt.weights import build_model
 
-from conftest import save_reference
+from conftest import FAMILY_CONFIGS, save_reference
 
 STEPS = 6
+PROMPT = torch.randint(0, PRESETS["tiny"].vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
 ALL_REDUCE = "_c10d_functional.all_reduce.default"
 
 
+# A HF checkpoint per family, every parameter random: Qwen2 with one KV head (fewer than ranks,
+# so each rank holds a copy of it) and tied embeddings; Qwen3 (no bias, a norm per head); Llama 3.
+CHECKPOINTS = {
+    "qwen2-one-kv-head": replace(PRESETS["tiny"], name="one-kv-head", num_key_value_heads=1,
+                                 tie_word_embeddings=True),
+    "qwen3": FAMILY_CONFIGS["qwen3"],
+    "llama3": FAMILY_CONFIGS["llama3"],
+}
+
+
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A HF checkpoint with every parameter random, tied embeddings, and one KV head: fewer
-    KV heads than ranks, so each rank holds a copy of it."""
-    config = replace(PRESETS["tiny"], name="one-kv-head", num_key_value_heads=1, tie_word_embeddings=True)
-    directory = tmp_path_factory.mktemp("one-kv-head")
-    save_reference(config, directory)
-    return directory
+def launched(tmp_path_factory) -> tuple[dict[str, str], dict[int, dict]]:
+    """The models (tiny's random weights, then a directory per checkpoint) and, per rank, what
+    tests/ranks.tp_decode returned for each: one launch for all."""
+    models = {"tiny": "tiny"}
+    for name, config in CHECKPOINTS.items():
+        directory = tmp_path_factory.mktemp(name)
+        save_reference(config, directory)
+        models[name] = str(directory)
+    return models, launch(ranks.tp_decode, [list(models.values()), PROMPT, STEPS], 2)
 
 
-@pytest.fixture(scope="module", params=["tiny", "checkpoint"])
-def decoded(request, checkpoint):
-    """(model, prompt, the single-process eager decode, per rank what tests/ranks.tp_decode
-    returned), one launch per model."""
-    model = "tiny" if request.param == "tiny" else str(checkpoint)
+@pytest.fixture(params=["tiny", *CHECKPOINTS])
+def decoded(request, launched):
+    """(model, config, the single-process model, its eager decode, per rank what tp_decode
+    returned for the model)."""
+    models, per_rank = launched
+    model = models[request.param]
     config = PRESETS["tiny"] if model == "tiny" else from_hf_dir(model)
-    prompt = torch.randint(0, config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
     whole = build_model(config, torch.device("cpu"), torch.float32, checkpoint=None if model == "tiny" else model)
-    whole.setup_cache(2, 5 + STEPS)
-    reference = decode(EagerBackend(whole), prompt, STEPS)
-    return model, config, whole, reference, launch(ranks.tp_decode, [model, prompt, STEPS], 2)
+    whole.setup_cache(PROMPT.shape[0], PROMPT.shape[1] + STEPS)
+    reference = decode(EagerBackend(whole), PROMPT, STEPS)
+    return model, config, whole, reference, {rank: per_rank[rank][model] for rank in per_rank}
 
 
 def test_two_ranks_generate_the_single_process_tokens_with_logits_within_summation_error(decoded):
@@ -51,11 +64,13 @@ def test_two_ranks_generate_the_single_process_tokens_with_logits_within_summati
         eager = per_rank[rank]["eager"]
         assert torch.equal(eager["tokens"], reference.tokens)
         # Only the order of fp32 sums differs: o_proj and down_proj add two partial dot products
-        # instead of one. Each sum of n terms moves by at most n * 2^-24 of the sum of |terms|;
-        # with n <= 128, |terms| summing to O(1) per residual element and 2 such sums per layer,
-        # that is ~1e-5 per layer, carried to the logits through lm_head (64 terms of 0.02 weights).
-        bound = 2 * config.num_hidden_layers * 128 * 2.0 ** -24 * 64
-        assert (eager["logits"] - torch.stack(reference.logits)).abs().max() <= bound
+        # instead of one, 2 reordered sums per layer, each moving its result by a few units in
+        # the last place (2^-24 relative). Norms keep the residual stream at scale 1 and lm_head
+        # carries relative errors to the logits about unchanged, so allow 16 such units per
+        # reordered sum at the logits' scale (measured: 2 units on tiny).
+        logits = torch.stack(reference.logits)
+        bound = 16 * 2 * config.num_hidden_layers * 2.0 ** -24 * logits.abs().max()
+        assert (eager["logits"] - logits).abs().max() <= bound
 
 
 def test_graph_and_piecewise_replays_equal_eager_bitwise_on_every_rank(decoded):
@@ -80,6 +95,7 @@ def _expected_slices(config, rank: int) -> dict[str, tuple[int, slice]]:
     """Which rows (dim 0) or columns (dim 1) of each HF tensor rank `rank` of 2 holds, by the
     head arithmetic of Megatron's split, written out here independently of graphrt's."""
     d, heads, inter = config.head_dim, config.num_attention_heads // 2, config.intermediate_size // 2
+    biases = ("weight", "bias") if config.model_type == "qwen2" else ("weight",)
     q = slice(rank * heads * d, (rank + 1) * heads * d)
     if config.num_key_value_heads >= 2:
         per = config.num_key_value_heads // 2
@@ -91,7 +107,7 @@ def _expected_slices(config, rank: int) -> dict[str, tuple[int, slice]]:
     for n in range(config.num_hidden_layers):
         a, m = f"model.layers.{n}.self_attn", f"model.layers.{n}.mlp"
         for name, rows in ((f"{a}.q_proj", q), (f"{a}.k_proj", kv), (f"{a}.v_proj", kv)):
-            expected[f"{name}.weight"] = expected[f"{name}.bias"] = (0, rows)
+            expected.update({f"{name}.{kind}": (0, rows) for kind in biases})
         expected.update({f"{m}.gate_proj.weight": (0, i), f"{m}.up_proj.weight": (0, i),
                          f"{a}.o_proj.weight": (1, q), f"{m}.down_proj.weight": (1, i)})
     return expected

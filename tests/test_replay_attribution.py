@@ -99,7 +99,10 @@ def test_replayed_ops_take_the_module_the_tape_recorded_them_in(recorded):
     attribution = _attribute(eager_step, replay_step.names)
     right, wrong, unattributed = _score(attribution.stacks, truth)
     assert wrong == 0
-    assert right >= 0.99 * len(truth)
+    # a tape copies back the result of a composite op it recorded whole (rms_norm, attention):
+    # eager has no such copy to align it with
+    copies = replay_step.names.count("aten::copy_")
+    assert right >= 0.99 * (len(truth) - copies)
     assert attribution.counts()[UNATTRIBUTED] == unattributed
 
 
@@ -122,7 +125,8 @@ def test_an_inserted_copy_and_a_missing_op_do_not_shift_the_rest(recorded):
     assert wrong == 0
     # the copy sits between two Linear calls (gate_proj, up_proj): no one module call holds it
     assert attribution.how[inserted] == UNATTRIBUTED
-    rest = [j for j in range(len(names)) if j != inserted]
+    # (nor any copy a tape adds after a composite op, which eager does not issue either)
+    rest = [j for j in range(len(names)) if names[j] != "aten::copy_"]
     assert _score([attribution.stacks[j] for j in rest], [truth[j] for j in rest])[0] == len(rest)
     # Lined up by position instead, everything between the two edits lands one op off.
     by_position = [eager_step.work[j].stack if j < len(eager_step.work) else None for j in range(len(names))]
@@ -230,5 +234,7 @@ def test_a_trace_of_a_tape_replay_is_attributed_from_the_capture_alone(cli, tmp_
     for replay_step in step_timelines(load_trace(tiny_torch_traces / "graph.json")):
         from_capture = carry_over(captured.names, captured.stacks, captured.calls, replay_step.names)
         from_eager = _attribute(eager_step, replay_step.names)
-        assert from_capture.stacks == from_eager.stacks
+        # the copies a tape adds after a composite op only the capture knows where to put
+        kept = [j for j, name in enumerate(replay_step.names) if name != "aten::copy_"]
+        assert [from_capture.stacks[j] for j in kept] == [from_eager.stacks[j] for j in kept]
         assert from_capture.attributed == len(replay_step.work)

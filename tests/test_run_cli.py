@@ -70,6 +70,28 @@ def test_table_shows_each_modes_figures_from_its_samples(cli, tmp_path):
     assert int(ops["eager"]) > 0
 
 
+def test_the_ops_table_shows_hfs_step_on_the_same_config_and_weights(cli, tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "run.json"
+    result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager", "--json", out)
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())
+    row = next(line for line in result.stdout.splitlines() if line.startswith("hf eager "))
+    assert int(row.split()[-1]) == run["hf_ops_per_step"]
+    # counted the same way, graphrt's lean step issues fewer ops than HF's
+    assert 0 < run["modes"]["eager"]["ops_per_step"] < run["hf_ops_per_step"]
+
+
+def test_without_transformers_the_table_says_why_hf_has_no_row(cli, monkeypatch):
+    from graphrt.bench import peer
+
+    monkeypatch.setattr(peer, "unavailable", lambda: "transformers is not installed")
+    result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager")
+    assert result.exit_code == 0, result.output
+    assert "(no hf eager row: transformers is not installed)" in result.stdout.splitlines()
+    assert not any(line.startswith("hf eager ") for line in result.stdout.splitlines())
+
+
 def test_a_comma_list_runs_those_modes_in_order(cli):
     result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager,piecewise")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,5 @@
-"""The peer: Hugging Face transformers' eager decode with a StaticCache, on graphrt's weights.
+"""The peer: Hugging Face transformers' eager decode with a StaticCache, on graphrt's weights
+(HF's model of the config's family: Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM).
 
 What a user would otherwise run. It is a `Backend`, so `graphrt.engine.decode` times it with the
 very loop that times eager, graph and compile.
@@ -38,7 +39,7 @@ def unavailable() -> str | None:
 
 
 class PeerBackend(Backend):
-    """HF `Qwen2ForCausalLM` sharing `model`'s weights; `prefill` starts a fresh StaticCache
+    """HF's model of the family, sharing `model`'s weights; `prefill` starts a fresh StaticCache
     sized like graphrt's cache (`model.max_seq_len` slots), `step` decodes one token into it."""
 
     name = NAME
@@ -48,9 +49,9 @@ class PeerBackend(Backend):
         import transformers
 
         device = model.lm_head.weight.device
-        hf_config = transformers.Qwen2Config(**model.config.to_hf_dict())
+        hf_config = transformers.AutoConfig.for_model(**model.config.to_hf_dict())
         with torch.device("meta"):
-            hf = transformers.Qwen2ForCausalLM(hf_config)
+            hf = transformers.AutoModelForCausalLM.from_config(hf_config)
         hf.load_state_dict(model.state_dict(), assign=True)
         with torch.device(device):
             hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config)

@@ -159,6 +159,7 @@ def _copy_back_one(func: Callable, args: tuple, kwargs: dict, target: torch.Tens
     def call() -> None:
         target.copy_(func(*args, **kwargs))
 
+    call.copies = 1  # what a replay dispatches besides the op: `TapeGraph.replay_op_names`
     return call
 
 
@@ -168,6 +169,7 @@ def _copy_back_many(func: Callable, args: tuple, kwargs: dict, targets: list) ->
             if target is not None:
                 target.copy_(result)
 
+    call.copies = sum(target is not None for target in targets)
     return call
 
 
@@ -195,6 +197,15 @@ class TapeGraph:
 
     def __len__(self) -> int:
         return len(self.calls)
+
+    def replay_op_names(self) -> list[tuple[int, str]]:
+        """(index of the recorded op, name) of each op a replay dispatches, in order: the
+        recorded op, then the `copy_` of each result an op without an out= form copies back
+        (a composite op recorded whole in inference mode, `rms_norm` or attention)."""
+        names = []
+        for i, (call, name) in enumerate(zip(self.calls, self.op_names)):
+            names += [(i, name)] + [(i, "aten.copy_.default")] * getattr(call, "copies", 0)
+        return names
 
     def replay(self) -> None:
         # Inference mode: replay computes values only, and captured tensors may be inference

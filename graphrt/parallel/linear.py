@@ -3,10 +3,11 @@ every Hugging Face tensor a rank holds (Megatron's split, as vLLM and gpt-fast m
 
 With N ranks, H query heads, K KV heads and I intermediate features:
 
-    q, k, v projections   column-parallel by heads: rank r holds query heads [r*H/N, (r+1)*H/N)
+    qkv_proj (packed)     column-parallel by heads: rank r holds query heads [r*H/N, (r+1)*H/N)
                           and the KV heads they read, K/N of them, or (K < N) the one KV head
-                          its query heads share, replicated on N/K ranks
-    gate, up              column-parallel by features: I/N each
+                          its query heads share, replicated on N/K ranks; packed as the whole
+                          model packs them (q rows, then k, then v: graphrt.packing)
+    gate_up_proj (packed) column-parallel by features: I/N gate rows, then I/N up rows
     o_proj, down          row-parallel (the matching input columns), then one all-reduce each:
                           two all-reduces per layer, and nothing else communicates
     embeddings, lm_head,  replicated. Every rank needs the full logits for its greedy pick;
@@ -15,9 +16,11 @@ With N ranks, H query heads, K KV heads and I intermediate features:
                           the vocabulary's memory on every rank (vocab-parallel would divide it).
 
 The model is built as usual and `parallelize` swaps these projections for rank-sized ones, so
-the model's code knows nothing of ranks. `rank_slices` says, per parameter, which slices of
-which HF tensors it is made of, for the sharded loader (`weights.load_sharded`) and for a
-seeded random init that equals the single-rank one, sliced.
+the model's code knows nothing of ranks. A packed projection's `state_dict()` shows each part
+under its checkpoint name as a view of its rows, so `rank_slices` speaks HF names only: per
+part, which slice of the HF tensor it holds. The loader (`weights.load_checkpoint`) copies each
+slice into its part's rows, and a seeded random init that equals the single-rank one is drawn
+whole and sliced the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch import nn
 from graphrt.config import ModelConfig
 from graphrt.errors import GraphrtError
 from graphrt.nvtx import nvtx_range
+from graphrt.packing import PackedLinear
 from graphrt.parallel.ranks import Ranks
 
 
@@ -41,9 +45,9 @@ def all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
     return ops.wait_tensor(ops.all_reduce(x, "sum", group))
 
 
-class ColumnParallelLinear(nn.Linear):
-    """A projection holding this rank's rows of the weight (its heads or features): the rank's
-    share of the output, no communication."""
+class ColumnParallelLinear(PackedLinear):
+    """A packed projection holding this rank's rows of each part (its heads or features): the
+    rank's share of the output, no communication."""
 
 
 class RowParallelLinear(nn.Linear):
@@ -103,8 +107,8 @@ class Slice:
 
 
 def rank_slices(config: ModelConfig, share: Split) -> dict[str, tuple[Slice, ...]]:
-    """Per sharded parameter (HF name), the HF slices it is made of, concatenated along dim 0
-    in this order (one slice each for separate projections). Parameters not named are whole."""
+    """Per sharded tensor (HF name), the slices of the HF tensor it holds, concatenated along
+    dim 0 in this order. Tensors not named are held whole."""
     d = config.head_dim
     q = (share.q_start * d, (share.q_start + share.heads) * d)
     kv = (share.kv_start * d, (share.kv_start + share.kv_heads) * d)
@@ -112,9 +116,10 @@ def rank_slices(config: ModelConfig, share: Split) -> dict[str, tuple[Slice, ...
     slices: dict[str, tuple[Slice, ...]] = {}
     for n in range(config.num_hidden_layers):
         attn, mlp = f"model.layers.{n}.self_attn", f"model.layers.{n}.mlp"
-        rows = {f"{attn}.q_proj.weight": q, f"{attn}.q_proj.bias": q, f"{attn}.k_proj.weight": kv,
-                f"{attn}.k_proj.bias": kv, f"{attn}.v_proj.weight": kv, f"{attn}.v_proj.bias": kv,
-                f"{mlp}.gate_proj.weight": i, f"{mlp}.up_proj.weight": i}
+        kinds = ("weight", "bias") if config.family.qkv_bias else ("weight",)
+        rows = {f"{attn}.{proj}.{kind}": part for proj, part in (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+                for kind in kinds}
+        rows.update({f"{mlp}.gate_proj.weight": i, f"{mlp}.up_proj.weight": i})
         for name, (start, stop) in rows.items():
             slices[name] = (Slice(name, 0, start, stop),)
         for proj, (start, stop) in {f"{attn}.o_proj": q, f"{mlp}.down_proj": i}.items():
@@ -132,14 +137,13 @@ def parallelize(model: nn.Module, config: ModelConfig, ranks: Ranks) -> Split:
     on the meta device); returns the rank's share."""
     share = split(config, ranks.rank, ranks.world)
     c, d = config.hidden_size, config.head_dim
+    q, kv = share.heads * d, share.kv_heads * d
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        attn.heads, attn.kv_heads = share.heads, share.kv_heads
-        attn.q_proj = ColumnParallelLinear(c, share.heads * d, bias=True)
-        attn.k_proj = ColumnParallelLinear(c, share.kv_heads * d, bias=True)
-        attn.v_proj = ColumnParallelLinear(c, share.kv_heads * d, bias=True)
-        attn.o_proj = RowParallelLinear(share.heads * d, c, ranks.group)
-        mlp.gate_proj = ColumnParallelLinear(c, share.features, bias=False)
-        mlp.up_proj = ColumnParallelLinear(c, share.features, bias=False)
+        attn.heads, attn.kv_heads, attn.groups = share.heads, share.kv_heads, share.heads // share.kv_heads
+        attn.qkv_proj = ColumnParallelLinear(c, (("q_proj", q), ("k_proj", kv), ("v_proj", kv)),
+                                             bias=config.family.qkv_bias)
+        attn.o_proj = RowParallelLinear(q, c, ranks.group)
+        mlp.gate_up_proj = ColumnParallelLinear(c, (("gate_proj", share.features), ("up_proj", share.features)))
         mlp.down_proj = RowParallelLinear(share.features, c, ranks.group)
     return share

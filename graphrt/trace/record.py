@@ -75,7 +75,7 @@ def profiler_op_name(overload: str) -> str:
 def _captured_ops(backend: Backend) -> dict[str, list[tuple[str, list[str]]]]:
     if not isinstance(backend, GraphBackend):
         return {}
-    return {f"replay[bs={bs}]": [(profiler_op_name(op), list(stack)) for op, stack in zip(g.op_names, g.op_ranges)]
+    return {f"replay[bs={bs}]": [(profiler_op_name(op), list(g.op_ranges[i])) for i, op in g.replay_op_names()]
             for bs, (g, _) in backend.graphs.items() if isinstance(g, TapeGraph)}
 
 
