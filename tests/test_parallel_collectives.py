@@ -60,3 +60,14 @@ def test_steps_that_agree_pass_and_the_first_difference_is_named():
     assert disagreement([same, same]) is None
     said = disagreement([same, same, IssuedCollectives((reduce, other), None)])
     assert "collective #2: ranks 0, 1 issue" in said and "rank 2 issues " + str(other) in said
+
+
+def test_a_tensor_parallel_step_takes_the_slowest_ranks_time_at_each_step():
+    from graphrt.parallel.figures import RankFigures, slowest, spread_ms
+
+    fast = RankFigures(0, (1.0, 5.0, 1.0), None, None, ())
+    slow = RankFigures(1, (2.0, 2.0, 2.0), None, None, ())
+    stats = slowest([fast, slow])
+    assert stats.median == 2.0 and stats.n == 3  # steps (2, 5, 2): neither rank's own median
+    assert slowest([fast, slow]).p90 > 4.0
+    assert spread_ms([fast, slow]) == 1.0  # medians 1 and 2
