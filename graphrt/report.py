@@ -25,7 +25,9 @@ def header(result: RunResult) -> str:
     spec, m = result.spec, result.machine
     return (f"{result.config.name} · {m['device_name']} ({result.device.type}) · "
             f"{_dtype_name(result.dtype)} · batch {spec.batch} · prompt {spec.prompt_len} · "
-            f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions")
+            f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions"
+            + (f"\nrank 0's own figures, of {result.ranks.world} tensor-parallel ranks (all ranks below)"
+               if result.ranks else ""))
 
 
 _TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "GB/s", "% peak",
