@@ -70,7 +70,10 @@ class _CollectiveClock(TorchDispatchMode):
 
 
 def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_cpu: bool = True) -> float | None:
-    """The share of one call of `fn` spent in collectives; None where it cannot be told.
+    """The share of one call of `fn` spent in collectives; None where it cannot be told. Time a
+    rank waits in a collective for a slower rank counts as the collective's (an NCCL kernel, too,
+    runs until every rank has arrived): on a busy machine the share says more about skew than
+    about bandwidth.
 
     On CUDA, from torch.profiler: the GPU time of NCCL kernels over all kernel time. On the CPU,
     where ops run as they are issued, the wall time in functional collectives (issuing them and
