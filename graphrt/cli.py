@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import click
-import torch
 from click.core import ParameterSource
 from tabulate import tabulate
 
@@ -16,9 +15,7 @@ from graphrt.errors import GraphrtError, first_line
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
 from graphrt.options import decode_options
-from graphrt.config import resolve
 from graphrt.parallel import launch, ranks
-from graphrt.parallel.linear import split
 from graphrt.runner import RunSpec
 from graphrt.trace.commands import analyze, trace
 
@@ -70,25 +67,12 @@ def main() -> None:
                    "it for one row per prompt, or give one for all --batch rows [default: random ids].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write every figure, the prompt and the generated ids (and text) here.")
-@click.option("--tp", type=int, default=RunSpec.tp,
-              help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo on "
-                   "the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1].")
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
-    if options["tp"] > 1 and not ranks.launched():
-        _launch_ranks(options["tp"], options["model"], runner.resolve_device(options["device"]))
+    if launch.relaunched(options):
         return
     _run(json_path, prompts, options)
-
-
-def _launch_ranks(tp: int, model: str, device: torch.device) -> None:
-    """`graphrt run --tp N`: the same command line again on N ranks, under the launcher. What
-    every rank would refuse alike is refused here first, in one line."""
-    split(resolve(model)[0], 0, tp)
-    if device.type == "cuda" and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
-        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
-    launch.launch_command(sys.argv[1:], tp)  # the arguments this process was started with
 
 
 def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:

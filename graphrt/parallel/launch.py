@@ -13,10 +13,14 @@ import sys
 import uuid
 from typing import Any, Callable
 
+import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from graphrt.config import resolve
 from graphrt.errors import GraphrtError
+from graphrt.parallel.linear import split
+from graphrt.parallel.ranks import launched
 
 
 def _config(ranks: int) -> LaunchConfig:
@@ -45,3 +49,18 @@ def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) ->
 def launch_command(argv: list[str], ranks: int) -> None:
     """`python -m graphrt <argv>` on `ranks` processes (each joins the group as it starts)."""
     launch(sys.executable, ["-m", "graphrt", *argv], ranks)
+
+
+def relaunched(options: dict[str, Any]) -> bool:
+    """For a command given `--tp N` (N > 1) that the launcher did not start: run this command
+    line again on N ranks under the launcher, and say so (the command's work is done). What
+    every rank would refuse alike is refused here first, in one line."""
+    tp = options["tp"]
+    if tp <= 1 or launched():
+        return False
+    split(resolve(options["model"])[0], 0, tp)
+    cuda = options["device"] == "cuda" or (options["device"] == "auto" and torch.cuda.is_available())
+    if cuda and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
+        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
+    launch_command(sys.argv[1:], tp)  # the arguments this process was started with
+    return True
