@@ -1,9 +1,9 @@
 """Start N ranks through torch.distributed's elastic launcher (what `torchrun` runs).
 
-`graphrt run --tp N` re-runs its own command line as N worker processes under the launcher's
-agent, which sets each one's RANK, WORLD_SIZE and LOCAL_RANK and a rendezvous on this machine,
-watches them, and stops every rank as soon as one fails: a rank that dies never leaves the
-others waiting in a collective.
+`graphrt run --tp N` (and `graphrt trace --tp N`) re-runs its own command line as N worker
+processes under the launcher's agent, which sets each one's RANK, WORLD_SIZE and LOCAL_RANK and a
+rendezvous on this machine, watches them, and stops every rank as soon as one fails: a rank that
+dies never leaves the others waiting in a collective.
 """
 
 from __future__ import annotations
