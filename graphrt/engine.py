@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from graphrt.backends import Backend, PrepareReport
-from graphrt.launches import StepLaunches, count_step
+from graphrt.launches import CountedStep, StepLaunches, count_steps
 from graphrt.model import greedy
 from graphrt.nvtx import nvtx_range
 from graphrt.timing import Stats, StepTimer
@@ -111,16 +113,25 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     return Generation(backend.name, tokens, step_ms, host_ms, [t.cpu() for t in kept])
 
 
-def count_launches(backend: Backend, gen: Generation, position: int) -> StepLaunches:
-    """What one decode step of `backend` launches, counted on one more step run for the purpose.
+def count_launches(counted: Sequence[tuple[Backend, Generation]], position: int) -> dict[str, StepLaunches]:
+    """What one decode step of each backend launches, by backend name, counted on one more step
+    each, all in one profiler session on CUDA (graphrt.launches.count_steps).
 
     Call it once the timing is over (the profiler it opens on CUDA stays attached). It re-runs
-    `gen`'s first decode step (prefill's token at `position`, where that step ran): the cache
-    slot it writes was written by the decode already, and a step's work depends on shapes only.
+    each generation's first decode step (prefill's token at `position`, where that step ran): the
+    cache slot it writes was written by the decode already, and a step's work depends on shapes only.
+    The step's inputs are made inside inference mode and contiguous, like the decode loop's:
+    Dynamo guards on both, and a compiled step given anything else would compile afresh, so its
+    count would be a warm-up's. One unprofiled step of each backend runs first, so whatever a step
+    does once (a lazy init, a cudagraph tree's bookkeeping) stays out of the count.
     """
-    device = backend.model.lm_head.weight.device
-    tokens = gen.tokens[:, :1].to(device)
-    with torch.inference_mode(), nvtx_range(f"count[{backend.name}]"):
-        positions = torch.full((tokens.shape[0],), position, dtype=torch.long, device=device)
-        _, launches = count_step(lambda: backend.step(tokens, positions), device, backend.countable_on_cpu)
-    return launches
+    steps = []
+    with torch.inference_mode():
+        for backend, gen in counted:
+            device = backend.model.lm_head.weight.device
+            tokens = gen.tokens[:, :1].to(device, memory_format=torch.contiguous_format, copy=True)  # [B, 1]
+            positions = torch.full((tokens.shape[0],), position, dtype=torch.long, device=device)
+            backend.step(tokens, positions)
+            steps.append(CountedStep(backend.name, functools.partial(backend.step, tokens, positions),
+                                     backend.countable_on_cpu))
+        return count_steps(steps, device) if steps else {}

@@ -49,6 +49,7 @@ def describe(device: torch.device) -> dict:
         facts["torch_threads"] = torch.get_num_threads()
     if device.type == "cuda":  # can a capture record which module each graph node belongs to?
         facts["graph_node_annotations"] = annotate.unavailable() or "available"
+        facts["profiler_graph_node_records"] = annotate.profiler_node_ids()  # what a trace can look up
     return facts
 
 

@@ -97,9 +97,8 @@ class RotaryTable(nn.Module):
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [B, T, heads, D]: rotate-half RoPE in three ops (a multiply, a swap of halves, a
     multiply-add); `sin` carries the sign of the first half."""
-    half = x.shape[-1] // 2
-    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
-    return torch.addcmul(x * cos, swapped, sin)
+    first, second = x.chunk(2, dim=-1)
+    return torch.addcmul(x * cos, torch.cat((second, first), dim=-1), sin)
 
 
 class KVCache(nn.Module):
@@ -149,9 +148,9 @@ class Qwen2Attention(nn.Module):
         if self.q_norm is not None:
             qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=2)
         else:
-            qk = qkv[:, :, : self.heads + self.kv_heads]  # q and k side by side: one rotary for both
-        qk = apply_rotary(qk, cos, sin)
-        return qk[:, :, : self.heads], qk[:, :, self.heads:], v
+            qk = qkv.narrow(2, 0, self.heads + self.kv_heads)  # q and k side by side: one rotary for both
+        q, k = apply_rotary(qk, cos, sin).split((self.heads, self.kv_heads), dim=2)
+        return q, k, v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
                mask: torch.Tensor) -> torch.Tensor:

@@ -71,13 +71,14 @@ def timing_row(result: RunResult, mode: str) -> str:
 def launches_table(result: RunResult) -> str:
     """What one step of each mode launches, counted after every mode was timed."""
     cuda = result.device.type == "cuda"
-    headers = ["mode", *(["kernels/step", "graph launches/step", "kernel launches/step"] if cuda
-                         else ["aten ops/step"])]
+    headers = ["mode", *(["kernels/step", "graph launches/step", "kernel launches/step", "copies/step"]
+                         if cuda else ["aten ops/step"])]
     counts = {mode: gen.launches for mode, gen in result.generations.items()}
     if result.reference_launches is not None:  # HF's step on the same config, for scale
         counts["hf eager"] = result.reference_launches
     rows = [[mode, counted and counted.ops,
-             *([counted and counted.graph_launches, counted and counted.kernel_launches] if cuda else [])]
+             *([counted and counted.graph_launches, counted and counted.kernel_launches,
+                counted and counted.copies] if cuda else [])]
             for mode, counted in counts.items()]
     table = tabulate(rows, headers=headers, missingval="-")
     if result.reference_note is not None:
@@ -149,6 +150,9 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "host_launches_per_step": gen.launches and gen.launches.host_launches,
             "graph_launches_per_step": gen.launches and gen.launches.graph_launches,
             "kernel_launches_per_step": gen.launches and gen.launches.kernel_launches,
+            # cudaMemcpy*/cudaMemset* calls: a graph step's copy-in is work no launch count shows
+            "copies_per_step": gen.launches and gen.launches.copies,
+            "counted_in_profiler_session": gen.launches and gen.launches.profiler_session,
             "prepare_s": gen.prepare.seconds,
             "lint_s": gen.prepare.lint_seconds,
             "graph_memory_bytes": gen.prepare.memory_bytes,

@@ -135,8 +135,9 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
         on_done: Callable[[RunResult, str], None] | None = None) -> RunResult:
     """Decode the same prompt through every mode of the spec, on one model and one cache.
 
-    Every mode is timed first, then each step's launches are counted (`count_launches`): the
-    profiler that counts them on CUDA would otherwise tax the modes timed after it. `on_done`
+    Every mode is timed first, then every mode's step is counted in one go (`count_launches`): the
+    profiler that counts them on CUDA would otherwise tax the modes timed after it, and only a
+    process's first profiler session links graph kernels to their launches. `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
 
     Started by torch.distributed's launcher, this process is one rank of a tensor-parallel run:
@@ -195,30 +196,33 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
-            for backend in backends:
-                gen = result.generations[backend.name]
-                gen.launches = count_launches(backend, gen, spec.prompt_len)
-                if ranks is not None:
+            counted = [(b, result.generations[b.name]) for b in backends]
+            reference, result.reference_note = _reference_backend(model, prompt, ranks)
+            if reference is not None:  # HF's step, for scale: counted last, in the same session
+                counted.append((reference, counted[0][1]))
+            launches = count_launches(counted, spec.prompt_len)
+            result.reference_launches = launches.pop(reference.name) if reference is not None else None
+            for name, counts in launches.items():
+                result.generations[name].launches = counts
+            if ranks is not None:
+                for backend, gen in counted:
                     result.per_rank[backend.name] = _rank_figures(backend, gen, ranks, spec.prompt_len)
-            if ranks is None:
-                result.reference_launches, result.reference_note = _reference_launches(
-                    model, prompt, next(iter(result.generations.values())), spec.prompt_len)
-            else:
-                result.reference_note = "not under --tp: HF's step needs the whole model, a rank holds a share"
     finally:
         nvtx.set_enabled(was_enabled)
     return result
 
 
-def _reference_launches(model: torch.nn.Module, prompt: torch.Tensor, gen: Generation, position: int
-                        ) -> tuple[StepLaunches | None, str | None]:
-    """What HF transformers' eager step (the bench's peer: StaticCache, the same weights)
-    launches for the same decode step, after its own prefill of the prompt; or why it cannot run."""
+def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor, ranks: Ranks | None
+                       ) -> tuple[Backend | None, str | None]:
+    """HF transformers' eager step (the bench's peer: StaticCache, the same weights), prefilled
+    with the prompt, so its next step is the one graphrt's modes counted; or why it cannot run."""
     from graphrt.bench import peer
 
+    if ranks is not None:
+        return None, "not under --tp: HF's step needs the whole model, a rank holds a share"
     if (why := peer.unavailable()) is not None:
         return None, why
     reference = peer.PeerBackend(model)
     with torch.inference_mode():
         reference.prefill(prompt.to(model.lm_head.weight.device))
-    return count_launches(reference, gen, position), None
+    return reference, None

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from contextlib import closing
 
 import pytest
 
 from graphrt.trace.analyze import analyze, compare_steps
+from graphrt.trace.chrome import read_chrome_trace
 from graphrt.trace.model import ApiCall, Kernel, Range, Trace
 from graphrt.trace.nsys_sqlite import SQLITE_MAGIC
 
@@ -122,6 +124,55 @@ def _chrome_cuda_trace(graph: bool, steps: int = 3) -> dict:
                 event("cuda_runtime", "cudaLaunchKernel", t + 10 + 10 * j, 4.0, 3, 3, correlation=correlation)
                 event("kernel", "k", t + 15 + 10 * j, 2.0, 0, 7, device=0, stream=7, correlation=correlation)
     return {"schemaVersion": 1, "traceEvents": events}
+
+
+def _graph_kernels_mislinked(trace: dict, correlation) -> dict:
+    """`trace` with every graph kernel's correlation id set by `correlation(old id)`: what CUPTI
+    13.0 writes in a profiler session after a process's first."""
+    launches = {e["args"]["correlation"] for e in trace["traceEvents"] if e["name"] == "cudaGraphLaunch"}
+    for e in trace["traceEvents"]:
+        if e["cat"] == "kernel" and e["args"]["correlation"] in launches:
+            e["args"]["correlation"] = correlation(e["args"]["correlation"])
+    return trace
+
+
+@pytest.mark.parametrize("correlation", [
+    lambda old: old + 1000,  # matches no launch: each replay would show 0 kernels
+    lambda old: 1,  # all on the first launch: one step would show three replays' kernels
+], ids=["matching-no-launch", "all-on-one-launch"])
+def test_graph_kernels_not_linked_to_their_launch_are_reported_as_such_never_as_figures(
+        cli, tmp_path, correlation):
+    eager, graph, out = tmp_path / "eager.json", tmp_path / "graph.json", tmp_path / "figures.json"
+    eager.write_text(json.dumps(_chrome_cuda_trace(graph=False)))
+    graph.write_text(json.dumps(_graph_kernels_mislinked(_chrome_cuda_trace(graph=True), correlation)))
+    result = cli("analyze", eager, graph, "--json", out)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())
+    replay, eager_figures = figures["traces"][1], figures["traces"][0]
+    assert any(note.startswith("graph kernels not linked to their launch: this trace cannot say per-step "
+                               "GPU figures for replay") for note in replay["notes"])
+    (group,) = replay["step_groups"]
+    assert {step["kernels"] for step in group["per_step"]} == {None}
+    assert [group["medians"][key] for key in ("kernels", "gpu_busy_ns", "gpu_idle_ns", "idle_gaps")] == [None] * 4
+    assert group["medians"]["graph_launches"] == 1  # what the CPU side says still stands
+    assert not any("not linked" in note for note in eager_figures["notes"])
+    metrics = {m["metric"]: m for m in figures["comparisons"][0]["metrics"]}
+    assert (metrics["kernels"]["baseline"], metrics["kernels"]["other"], metrics["kernels"]["removed"]) == (3, None, None)
+    assert [(f["key"], f["kernels"], f["gpu_ns"]) for f in replay["by_name"]] == [("replay[bs=1]", None, None)]
+    assert "unknown" in result.stdout
+
+
+def test_graph_kernels_linked_to_their_launches_give_each_replay_its_own(tmp_path):
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(_chrome_cuda_trace(graph=True)))
+    report = analyze(read_chrome_trace(path))
+    assert report.counts["graph_launches_without_kernels"] == 0
+    assert [s.kernels for s in report.step_groups[0].steps] == [3, 3, 3]
+    assert not any("not linked" in note for note in report.notes)
+    # the real V100 trace: 12 cudaGraphLaunch calls, each with the kernels of its replay
+    real = analyze(read_chrome_trace(Path(__file__).parent / "data" / "torch" / "hta-v100-graph-launches.json.gz"))
+    assert (real.counts["graph_launches"], real.counts["graph_launches_without_kernels"]) == (12, 0)
+    assert not any("not linked" in note for note in real.notes)
 
 
 def _analyze_eager_and_graph(cli, tmp_path):

@@ -44,6 +44,25 @@ def test_bytes_and_flops_match_the_built_model(family_config, dtype, rows, seq_l
     assert cost.lm_head_flops == sum(counter.get_flop_counts()["Qwen2ForCausalLM.lm_head"].values())
 
 
+def test_the_bytes_a_step_moves_are_its_weights_its_cache_reads_and_its_cache_writes_together(tiny_config):
+    # every term non-zero at once, each worked out from the built model's own tensors, so a total
+    # that leaves one out is off by that term
+    rows, seq_len, dtype = 2, 16, torch.bfloat16
+    model = build_model(tiny_config, CPU, dtype)
+    model.setup_cache(rows, seq_len)
+    table, head = model.model.embed_tokens.weight, model.lm_head.weight
+    weights = (sum(nbytes(p) for p in model.parameters() if p is not table and p is not head)
+               + nbytes(head) + nbytes(table[:rows]))  # the lm_head's matrix, and one row per sequence
+    caches = [layer.self_attn.cache for layer in model.model.layers]
+    reads = sum(nbytes(c.k) + nbytes(c.v) for c in caches)
+    writes = sum(nbytes(c.k[:, :, 0]) + nbytes(c.v[:, :, 0]) for c in caches)
+    assert min(weights, reads, writes) > 0
+    cost = step_cost(tiny_config, rows, seq_len, dtype.itemsize)
+    assert cost.bytes == weights + reads + writes
+    limits = Ceilings(bandwidth=1e12, flops=1e14, bandwidth_source="x", flops_source="y")
+    assert roofline(cost, 1e-3, limits).achieved_bandwidth == pytest.approx((weights + reads + writes) / 1e-3)
+
+
 def test_the_static_cache_is_read_in_full_whatever_the_position():
     config = PRESETS["qwen2-0.5b"]
     short, long = step_cost(config, 1, 128, 2), step_cost(config, 1, 8192, 2)

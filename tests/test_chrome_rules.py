@@ -79,6 +79,23 @@ def test_a_kernel_keeps_its_device_stream_and_correlation_and_defaults_where_arg
     assert (bare.device, bare.stream, bare.correlation_id, bare.launch) == (0, None, -1, None)
 
 
+def test_a_repeated_correlation_id_links_each_kernel_to_the_last_call_that_began_before_it(tmp_path):
+    # ids repeat in real traces (they restart per profiler session and per process, and runtime
+    # and driver calls share them): of the calls with a kernel's id, only one that began before
+    # the kernel can have launched it, and the latest such one did
+    trace = read_chrome_trace(_write(tmp_path, [
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=5),
+        _x("kernel", "first", 10, 1, device=0, stream=7, correlation=5),
+        _x("cuda_driver", "cuLaunchKernel", 50, 2, correlation=5),
+        _x("kernel", "second", 60, 1, device=0, stream=7, correlation=5),
+        _x("kernel", "third", 70, 1, device=0, stream=7, correlation=5),
+        _x("cuda_runtime", "cudaGraphLaunch", 90, 2, correlation=6),
+        _x("kernel", "before_any_call", 80, 1, device=0, stream=7, correlation=6)]))
+    launched = {k.name: None if k.launch is None else trace.api_calls[k.launch].name for k in trace.kernels}
+    assert launched == {"first": "cudaLaunchKernel", "second": "cuLaunchKernel", "third": "cuLaunchKernel",
+                        "before_any_call": None}
+
+
 def test_real_kernels_keep_the_time_device_stream_and_correlation_the_file_gives(tmp_path):
     raw = [e for e in json.loads(gzip.decompress(V100.read_bytes()))["traceEvents"]
            if e.get("ph") == "X" and e.get("cat") == "kernel"]

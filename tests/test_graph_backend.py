@@ -269,9 +269,10 @@ def test_cuda_graph_replay_generates_eager_tokens(backend_class, batch):
     if not eq.identical:
         step, seq = eq.first_divergence
         best, second = eager.logits[step][seq].topk(2).values.tolist()
-        assert best - second <= eq.max_abs_logit_diff, (
-            f"{eq.describe()}: eager's top-2 margin there is {best - second:.3g}, wider than the "
-            "logit difference, so rounding cannot explain it")
+        # each of the two logits may move by up to the largest difference, the other way
+        assert best - second <= 2 * eq.max_abs_logit_diff, (
+            f"{eq.describe()}: eager's top-2 margin there is {best - second:.3g}, wider than twice "
+            "the largest logit difference, so rounding cannot explain it")
 
 
 @pytest.mark.cuda

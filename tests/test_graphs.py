@@ -547,7 +547,9 @@ def test_cuda_graph_replay_equals_eager() -> None:
     torch.cuda.synchronize()
     replayed = out.clone()
     model.cache.copy_(cache_before)
-    assert torch.equal(replayed, model.step())
+    # fp32, not bitwise: the replay runs the kernels captured on a side stream, and cuBLAS
+    # promises the same bits only for one stream and configuration (a tape is held to bitwise)
+    torch.testing.assert_close(replayed, model.step(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.cuda
@@ -566,7 +568,8 @@ def test_cuda_captures_share_one_pool() -> None:
     for bs, (graph, out) in graphs.items():
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, torch.relu(inputs[:bs] @ weight) @ weight)
+        # fp32 within the rounding of another summation order (captured on a side stream)
+        torch.testing.assert_close(out, torch.relu(inputs[:bs] @ weight) @ weight, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.cuda

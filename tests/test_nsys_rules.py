@@ -69,6 +69,23 @@ def test_a_graph_kernel_keeps_its_graph_id_and_joins_its_launch_in_its_own_proce
         ("void gemm<float>(int)", 0, 13, 5, "cudaGraphLaunch"), ("void softmax(float*)", 1, 14, None, "cudaLaunchKernel")]
 
 
+def test_a_correlation_id_repeated_in_one_process_links_each_kernel_to_the_last_call_before_it(tmp_path):
+    # process 10 uses id 7 twice (ids restart per profiler session); process 20's id 7 is another
+    # call again: each kernel's launch is the call of its own process that began last before it
+    path = _export(tmp_path / "repeated.sqlite", {1: "cudaLaunchKernel_v7000", 2: "cudaGraphLaunch_v10000",
+                                                  3: "first", 4: "second", 5: "other", 6: "early"}, **{
+        RUNTIME: (["start", "end", "globalTid", "correlationId", "nameId"],
+                  [(100, 110, _tid(10, 10), 7, 1), (200, 210, _tid(10, 10), 7, 2), (150, 160, _tid(20, 20), 7, 1)]),
+        KERNEL: (["start", "end", "deviceId", "correlationId", "globalPid", "shortName"],
+                 [(120, 130, 0, 7, _tid(10, 0), 3), (220, 230, 0, 7, _tid(10, 0), 4),
+                  (240, 250, 0, 7, _tid(20, 0), 5), (90, 95, 0, 7, _tid(10, 0), 6)])})
+    trace = load_trace(path)
+    launched = {k.name: None if k.launch is None else (trace.api_calls[k.launch].name, trace.api_calls[k.launch].pid)
+                for k in trace.kernels}
+    assert launched == {"first": ("cudaLaunchKernel", 10), "second": ("cudaGraphLaunch", 10),
+                        "other": ("cudaLaunchKernel", 20), "early": None}
+
+
 @pytest.mark.parametrize("path", EXPORTS, ids=["nsys2022.2", "nsys2026.2"])
 def test_every_kernel_field_is_the_export_s_own(path):
     with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:

@@ -101,8 +101,8 @@ def test_cuda_piecewise_step_launches_one_graph_per_piece():
     model = build_model(PRESETS["tiny"], torch.device("cuda"), torch.float32, seed=0)
     prompt_len, layers = 6, model.config.num_hidden_layers
     eager, piecewise, backend = decode_both(model, 1, prompt_len=prompt_len, steps=4)
-    eager_launches = count_launches(EagerBackend(model), eager, prompt_len)
-    launches = count_launches(backend, piecewise, prompt_len)
+    counted = count_launches([(EagerBackend(model), eager), (backend, piecewise)], prompt_len)
+    eager_launches, launches = counted["eager"], counted["piecewise"]
     assert launches.graph_launches == layers + 1
     assert eager_launches.graph_launches == 0
     # the attention cores' kernels stay eager: fewer launches than eager's, more than none

@@ -22,7 +22,10 @@ from graphrt.trace import load_trace
 from graphrt.trace.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
 from graphrt.trace.modules import NodeLookup, Reference, compare_modules
 from graphrt.trace.record import torch_window
-from graphrt.trace.timeline import step_timelines
+from graphrt.model import Qwen2ForCausalLM
+from graphrt.runner import RunSpec
+from graphrt.trace.session import make_traces
+from graphrt.trace.timeline import StepTimeline, step_timelines
 from graphrt.weights import build_model
 
 CONFIGS = {"tiny": PRESETS["tiny"], "tiny-4-layers": dataclasses.replace(PRESETS["tiny"], num_hidden_layers=4)}
@@ -51,16 +54,15 @@ def _truth(tape, replayed: list[str]) -> list[tuple[str, ...]]:
     return truth
 
 
-def _record(config, device: torch.device, dtype: torch.dtype, out, annotate: bool = False):
+def _record(config, device: torch.device, dtype: torch.dtype, out):
     """An eager and a graph backend on one model, two decode steps of each recorded by
-    torch.profiler as `graphrt trace` records them (the graph's capture annotated where asked
-    and possible); (eager step, replay step, graph backend)."""
+    torch.profiler as `graphrt trace` records them; (eager step, replay step, graph backend)."""
     model = build_model(config, device, dtype, seed=0)
     model.setup_cache(1, 16)
     tokens = torch.zeros(1, 1, dtype=torch.long, device=device)
     positions = torch.full((1,), 3, dtype=torch.long, device=device)
     with torch.inference_mode(), nvtx.attach(model):
-        eager, graph = make_backend("eager", model, None), make_backend("graph", model, None, annotate=annotate)
+        eager, graph = make_backend("eager", model, None), make_backend("graph", model, None)
         eager.prepare(1)
         graph.prepare(1)
         for backend, name in ((eager, "eager.json"), (graph, "graph.json")):
@@ -70,6 +72,20 @@ def _record(config, device: torch.device, dtype: torch.dtype, out, annotate: boo
                     backend.step(tokens, positions)
     (eager_step, _), (replay_step, _) = (step_timelines(load_trace(out / n)) for n in ("eager.json", "graph.json"))
     return eager_step, replay_step, graph
+
+
+def _trace_on_cuda(out) -> tuple[StepTimeline, StepTimeline, dict[int, tuple[str, ...]]]:
+    """qwen2-0.5b, bf16, batch 1, recorded by `graphrt trace --profiler torch`, which records each
+    mode in a process of its own: CUPTI 13.0 links a replay's kernels to their cudaGraphLaunch only
+    in a process's first profiler session, and this test process has opened many.
+    (eager step, replay step, the capture's ranges per graph node where annotated)."""
+    spec = RunSpec(model="qwen2-0.5b", device="cuda", dtype="bfloat16", steps=4, mode="both")
+    made = make_traces(spec, profiler="torch", out=out)
+    assert [m["profiler_session"] for m in made.summary["modes"].values()] == [1, 1]
+    (eager_step, *_), (replay_step, *_) = (step_timelines(load_trace(made.path / f"{mode}.json"))
+                                           for mode in ("eager", "graph"))
+    nodes = made.summary["modes"]["graph"]["node_ranges"].get("replay[bs=1]", {})
+    return eager_step, replay_step, {int(node): tuple(stack) for node, stack in nodes.items()}
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -173,7 +189,7 @@ def test_alignment_is_a_longest_common_subsequence():
 def test_cuda_replay_kernels_take_their_modules_from_the_eager_step(tmp_path):
     """qwen2-0.5b, bf16, batch 1: the replay's kernels come from one cudaGraphLaunch, yet nearly
     all get a module, and each kind keeps the kernels it has in eager, now without the gaps."""
-    eager_step, replay_step, _ = _record(PRESETS["qwen2-0.5b"], torch.device("cuda"), torch.bfloat16, tmp_path)
+    eager_step, replay_step, _ = _trace_on_cuda(tmp_path)
     assert eager_step.unit == replay_step.unit == "kernel"
     assert [c.kind for c in replay_step.launches].count("graph") == 1
     found = compare_modules([eager_step], [replay_step], "eager", "replay")
@@ -198,20 +214,19 @@ def test_cuda_replay_kernels_are_looked_up_by_the_node_their_capture_annotated(t
     node, each kind has the kernels it has in the eager step, whose ranges fired live."""
     if reason := unavailable():
         pytest.skip(f"{reason}; this test runs with cuda.bindings >= 13.1 on a CUDA 13.1+ driver")
-    eager_step, replay_step, graph = _record(PRESETS["qwen2-0.5b"], torch.device("cuda"), torch.bfloat16, tmp_path,
-                                             annotate=True)
-    cuda_graph = graph.graphs[1][0]
-    assert cuda_graph.node_ranges_missing is None
+    eager_step, replay_step, node_ranges = _trace_on_cuda(tmp_path)
     nodes = [w.node for w in replay_step.work]
-    assert None not in nodes and set(nodes) <= cuda_graph.node_ranges.keys()
-    modules = {nvtx.module_range_name(name, m) for name, m in graph.model.named_modules()}
-    stacks = [cuda_graph.node_ranges[n] for n in nodes]
+    assert None not in nodes and set(nodes) <= node_ranges.keys()
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(PRESETS["qwen2-0.5b"])
+    modules = {nvtx.module_range_name(name, m) for name, m in model.named_modules()}
+    stacks = [node_ranges[n] for n in nodes]
     assert all(stack and set(stack) <= modules for stack in stacks)
     for stack in stacks:  # nested as the modules are: each range a submodule of the one around it
         qualnames = [nvtx.parse_range_name(name)[0] for name in stack]
         assert all(outer == "" or inner.startswith(outer + ".") for outer, inner in zip(qualnames, qualnames[1:]))
 
-    found = compare_modules([eager_step], [replay_step], "eager", "replay", NodeLookup(cuda_graph.node_ranges))
+    found = compare_modules([eager_step], [replay_step], "eager", "replay", NodeLookup(node_ranges))
     assert found.share == 1.0
     kinds = {row.key: row for row in found.by_kind}
     for kind in ("attention", "mlp", "norm", "lm_head"):

@@ -29,8 +29,9 @@ def one_line_error(result, *fragments, code=1):
     assert "Traceback" not in result.output
 
 
-def test_greedy_tokens_equal_hf_generate(cli, tiny_config, tmp_path):
-    hf = save_reference(tiny_config, tmp_path / "ckpt")
+def test_greedy_tokens_equal_hf_generate(cli, family_config, tmp_path):
+    # a directory HF saved (its own config.json form) runs as it is, for every family
+    hf = save_reference(family_config, tmp_path / "ckpt")
     out = tmp_path / "run.json"
     result = cli("run", "--model", tmp_path / "ckpt", "--batch", 2, "--prompt-len", 5,
                  "--steps", 12, "--mode", "eager", "--json", out)

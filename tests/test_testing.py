@@ -281,8 +281,10 @@ def test_a_different_structure_is_reported_before_any_value():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_readme_decoder_replays_a_cuda_graph_like_eager():
     model = readme_decoder()().cuda().eval()
+    # fp32 on CUDA within a stated tolerance: the graph's kernels were captured on a side stream,
+    # and cuBLAS promises the same bits only for one stream and configuration
     result = assert_replays_like_eager(model, (torch.tensor([1], device="cuda"), torch.tensor([0], device="cuda")),
-                                       steps=16, next_inputs=next_token)
+                                       steps=16, next_inputs=next_token, atol=1e-5, rtol=1e-5)
     assert result.matches
 
 

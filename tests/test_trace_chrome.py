@@ -129,3 +129,19 @@ def test_a_replayed_kernel_carries_the_graph_node_it_came_from(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     assert [(k.name, k.graph_node_id) for k in load_trace(path).kernels] == [
         ("gemm", node), ("fill", None), ("copy", None)]
+
+
+def test_a_node_given_as_its_lower_32_bits_and_its_graph_is_keyed_by_both(tmp_path):
+    """Newer kinetos write `graph node id` as the node's lower 32 bits with the exec graph's id
+    apart: two graphs' node 17 are different nodes, each known by its whole toolsId."""
+    events = [
+        _event("cuda_runtime", "cudaGraphLaunch", 100.0, 5.0, pid=7, tid=7, correlation=1),
+        _event("kernel", "gemm", 110.0, 3.0, pid=0, tid=7, device=0, stream=7, correlation=1,
+               **{"graph id": 3, "graph node id": 17}),
+        _event("cuda_runtime", "cudaGraphLaunch", 120.0, 5.0, pid=7, tid=7, correlation=2),
+        _event("kernel", "gemm", 130.0, 3.0, pid=0, tid=7, device=0, stream=7, correlation=2,
+               **{"graph id": 4, "graph node id": 17}),
+    ]
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert [k.graph_node_id for k in load_trace(path).kernels] == [(3 << 32) | 17, (4 << 32) | 17]

@@ -4,7 +4,7 @@ run eagerly between replays (vLLM's default capture).
 For L layers a bucket's step is L+1 graphs around L eager attention cores:
 
     piece 0      embedding, mask, rotary, layer 0's input norm, q/k/v projections and rotary
-    core i       layer i's attention core: KV-cache write, scores, softmax, values (eager)
+    core i       layer i's attention core: the K/V cache writes and one attention op (eager)
     piece i      layer i-1's o_proj, residual, MLP; layer i's norm, q/k/v and rotary (0 < i < L)
     piece L      layer L-1's o_proj, residual, MLP; the final norm and lm_head
 

@@ -10,7 +10,8 @@ comparisons read only the document, so a run printed now and one loaded from dis
                  "modes": {mode: {"step_ms": {median, p10, p90, mean, n}, "spread", "wide",
                                   "samples_ms", "repeat_medians_ms", "host_ms", "tokens_per_s",
                                   "ops_per_step", "host_launches_per_step",
-                                  "graph_launches_per_step", "prepare_s",
+                                  "graph_launches_per_step", "copies_per_step",
+                                  "counted_in_profiler_session", "prepare_s",
                                   "graph_memory_bytes", "peak_allocated_bytes", "notes",
                                   "speedup_vs_eager", "speedup_vs_peer",
                                   "same_tokens_as_eager", "roofline"}}}]}
@@ -99,6 +100,8 @@ def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, 
         "ops_per_step": launches.ops,
         "host_launches_per_step": launches.host_launches,
         "graph_launches_per_step": launches.graph_launches,
+        "copies_per_step": launches.copies,  # cudaMemcpy*/cudaMemset* calls (CUDA)
+        "counted_in_profiler_session": launches.profiler_session,
         "prepare_s": prepare.seconds,
         "graph_memory_bytes": prepare.memory_bytes,
         "peak_allocated_bytes": peak_allocated,
@@ -198,13 +201,14 @@ def table(doc: dict[str, Any]) -> str:
                 _x(m["speedup_vs_eager"]) if mode != "eager" else None,
                 *([_x(m["speedup_vs_peer"]) if mode != PEER else None] if peer else []),
                 _g(m["host_ms"]["median"]), m["ops_per_step"],
-                *([m["host_launches_per_step"], m.get("graph_launches_per_step")] if cuda else []),
+                *([m["host_launches_per_step"], m.get("graph_launches_per_step"), m.get("copies_per_step")]
+                  if cuda else []),
                 _g(m["tokens_per_s"]), _g(r["achieved_bandwidth"] / 1e9),
                 _g(100 * r["bandwidth_share"], ".1f"), _g(r["intensity"]), r["bound"],
             ])
     headers = ["model", "batch", "context", "mode", "ms p50", "p10", "p90", "spread", "vs eager",
                *(["vs hf"] if peer else []), "host ms",
-               *(["kernels", "launches", "graphs"] if cuda else ["aten ops"]),
+               *(["kernels", "launches", "graphs", "copies"] if cuda else ["aten ops"]),
                "tok/s", "GB/s", "% BW", "FLOP/B", "bound"]
     return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import torch
 
 from graphrt.errors import first_line
-from graphrt.graphs.annotate import NOT_REQUESTED, NodeAnnotations, NodeRanges
+from graphrt.graphs.annotate import NOT_REQUESTED, NodeAnnotations, NodeRanges, said
 from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
 from graphrt.graphs.tape import CaptureMode
 
@@ -39,6 +39,30 @@ class CudaGraph:
         self.graph.replay()
 
 
+def _capture(fn: Callable[[], T], side: torch.cuda.Stream, caller: torch.cuda.Stream, pool: GraphPool | None,
+             annotations: NodeAnnotations, guard: CaptureMode) -> tuple[torch.cuda.CUDAGraph, T]:  # pragma: no mutate block (CUDA only)
+    """One capture of `fn` on `side`, watched by `guard`: the graph and its output."""
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, pool=None if pool is None else pool.handle, stream=side,
+                              **annotations.graph_options()):
+            with HostReadGuard(), guard, annotations.capturing():
+                out = fn()
+                guard.end_of_step()
+    except RuntimeError as error:
+        annotations.discard()
+        # Our refusal can surface as CUDA's own error: ending an invalidated capture
+        # raises, and so does a sync after a step that swallowed our exception.
+        if guard.refused is not None:
+            raise guard.refused from error
+        raise GraphCaptureError(f"CUDA graph capture failed: {first_line(error)}") from error
+    finally:
+        # When `capture_end` raises, torch.cuda.graph never restores the stream it made
+        # current: put the caller's back, or every later op would queue on the side stream.
+        torch.cuda.set_stream(caller)
+    return graph, out
+
+
 def capture_cuda(
     fn: Callable[[], T], device: torch.device, pool: GraphPool | None, warmup: int, annotate: bool = False
 ) -> tuple[CudaGraph, T]:
@@ -62,25 +86,21 @@ def capture_cuda(
         # warmup's released blocks would show up as negative graph memory.
         torch.cuda.empty_cache()
         reserved_before = torch.cuda.memory_reserved(device)
-        graph = torch.cuda.CUDAGraph()
-        guard = CaptureMode(record=False, allow_random=True)
         annotations = NodeAnnotations(requested=annotate)
+        through_graph = annotations.asked_through_graph
+        guard = CaptureMode(record=False, allow_random=True)
         try:
-            with torch.cuda.graph(graph, pool=None if pool is None else pool.handle, stream=side):
-                with HostReadGuard(), guard, annotations.capturing():
-                    out = fn()
-                    guard.end_of_step()
-        except RuntimeError as error:
-            annotations.discard()
-            # Our refusal can surface as CUDA's own error: ending an invalidated capture
-            # raises, and so does a sync after a step that swallowed our exception.
-            if guard.refused is not None:
-                raise guard.refused from error
-            raise GraphCaptureError(f"CUDA graph capture failed: {first_line(error)}") from error
-        finally:
-            # When `capture_end` raises, torch.cuda.graph never restores the stream it made
-            # current: put the caller's back, or every later op would queue on the side stream.
-            torch.cuda.set_stream(caller)
+            graph, out = _capture(fn, side, caller, pool, annotations, guard)
+        except Exception as error:  # pragma: no mutate block (CUDA only)
+            if not through_graph or guard.refused is not None:
+                raise
+            # torch's own annotation code ran inside the capture (the keyword): an optional
+            # path may not cost the capture, so capture once more without it; a step that
+            # cannot be captured fails this one too
+            annotations = NodeAnnotations(requested=False)
+            annotations.reason = f"graph-node annotations failed the capture ({said(error)})"
+            guard = CaptureMode(record=False, allow_random=True)
+            graph, out = _capture(fn, side, caller, pool, annotations, guard)
         node_ranges = annotations.finish(graph)
         if guard.refused is not None:
             raise guard.refused

@@ -13,6 +13,7 @@ medians over its steps. Range names group the same way (per-call counters droppe
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -64,23 +65,33 @@ def _busy_and_gaps(intervals: Iterable[tuple[int, int]]) -> tuple[int, list[int]
 # Figures
 
 
+UNLINKED_GRAPH_KERNELS = ("graph kernels not linked to their launch: this trace cannot say per-step GPU "
+                          "figures for replay")
+# StepFigures fields figured over the step's kernels: None where they cannot be known
+KERNEL_FIGURES = ("kernels", "gpu_busy_ns", "gpu_idle_ns", "idle_gaps", "median_gap_ns")
+
+
 @dataclass(frozen=True)
 class StepFigures:
     """One decode step (one `decode_step[...]` or `replay[...]` range). Times in ns; `wall_ns`
-    is the range's CPU time; GPU figures are over the kernels the step launched."""
+    is the range's CPU time; GPU figures are over the kernels the step launched. They are None
+    (unknown, never 0) for every step with a graph launch in a trace where some graph launch has
+    no kernel linked to it: a replay's kernels are tied to it only by the launch's correlation id,
+    and where a profiler got those ids wrong (CUPTI 13.0 after a process's first session) they land
+    in no step, or several replays' in one."""
 
     name: str
     start_ns: int
     wall_ns: int
-    kernels: int
+    kernels: int | None
     kernel_launches: int  # cudaLaunchKernel* and other non-graph launch calls
     kernel_launch_ns: int  # their CPU time
     graph_launches: int  # cudaGraphLaunch* calls
     graph_launch_ns: int
-    gpu_busy_ns: int  # union of the kernels' intervals
-    gpu_idle_ns: int  # sum of the gaps between consecutive kernels
-    idle_gaps: int
-    median_gap_ns: float
+    gpu_busy_ns: int | None  # union of the kernels' intervals
+    gpu_idle_ns: int | None  # sum of the gaps between consecutive kernels
+    idle_gaps: int | None
+    median_gap_ns: float | None
     cpu_ops: int  # top-level CPU ops (torch.profiler cpu_op) run inside the step
     cpu_op_ns: int
 
@@ -114,15 +125,16 @@ STEP_METRICS: tuple[tuple[str, str, str], ...] = (
 
 @dataclass
 class StepGroup:
-    """All steps with one name, and the median of every metric across them."""
+    """All steps with one name, and the median of every metric across them (None where a step's
+    figure is unknown)."""
 
     name: str
     steps: list[StepFigures]
-    medians: dict[str, float] = field(init=False)
+    medians: dict[str, float | None] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.medians = {key: statistics.median(getattr(s, key) for s in self.steps)
-                        for key, _, _ in STEP_METRICS}
+        values = {key: [getattr(s, key) for s in self.steps] for key, _, _ in STEP_METRICS}
+        self.medians = {key: None if None in v else statistics.median(v) for key, v in values.items()}
 
 
 @dataclass(frozen=True)
@@ -143,8 +155,8 @@ class RangeFigures:
     domain: str
     count: int
     total_ns: int
-    kernels: int
-    gpu_ns: int
+    kernels: int | None  # None: unknown (graph kernels not linked to their launches)
+    gpu_ns: int | None
     cpu_ops: int
 
     @property
@@ -165,7 +177,14 @@ class TraceReport:
     by_name: list[RangeFigures]  # every (domain, name), most total time first
 
 
-def _step(trace: Trace, att: Membership, r: int) -> StepFigures:
+def unlinked_graph_launches(trace: Trace) -> set[int]:
+    """The graph launch calls (by index into `trace.api_calls`) that no kernel is linked to."""
+    linked = {k.launch for k in trace.kernels}
+    return {i for i, c in enumerate(trace.api_calls) if launch_kind(c.name) == "graph" and i not in linked}
+
+
+def _step(trace: Trace, att: Membership, r: int, unlinked: set[int]) -> StepFigures:
+    """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels."""
     kernels = [trace.kernels[i] for i in att.kernels[r]]
     launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
     for i in att.launches[r]:
@@ -174,34 +193,42 @@ def _step(trace: Trace, att: Membership, r: int) -> StepFigures:
     busy, gaps = _busy_and_gaps((k.start_ns, k.end_ns) for k in kernels)
     ops = [trace.cpu_ops[i] for i in att.ops[r]]
     rng = trace.ranges[r]
-    return StepFigures(
+    figures = StepFigures(
         name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(kernels),
         kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
         graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
         gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
         median_gap_ns=statistics.median(gaps) if gaps else 0,
         cpu_ops=len(ops), cpu_op_ns=sum(op.end_ns - op.start_ns for op in ops))
+    if not (unlinked and launch_ns["graph"]):
+        return figures
+    # one graph launch of the trace without kernels: those of the others cannot be trusted either
+    return dataclasses.replace(figures, **dict.fromkeys(KERNEL_FIGURES))
 
 
-def _step_groups(trace: Trace, att: Membership) -> list[StepGroup]:
+def _step_groups(trace: Trace, att: Membership, unlinked: set[int]) -> list[StepGroup]:
     groups: dict[str, list[StepFigures]] = {}
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
     for r in steps:
-        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r))
+        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r, unlinked))
     return [StepGroup(name, figures) for name, figures in groups.items()]
 
 
-def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int]) -> RangeFigures:
+def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int],
+             unlinked: set[int]) -> RangeFigures:
+    # kernels unknown around a graph launch where the trace's graph kernels are not linked (_step)
+    unknown = bool(unlinked) and any(launch_kind(trace.api_calls[i].name) == "graph"
+                                     for r in members for i in att.launches[r])
     return RangeFigures(
         key=key, domain=domain, count=len(members),
         total_ns=sum(trace.ranges[r].duration_ns for r in members),
-        kernels=sum(len(att.kernels[r]) for r in members),
-        gpu_ns=sum(trace.kernels[i].duration_ns for r in members for i in att.kernels[r]),
+        kernels=None if unknown else sum(len(att.kernels[r]) for r in members),
+        gpu_ns=None if unknown else sum(trace.kernels[i].duration_ns for r in members for i in att.kernels[r]),
         cpu_ops=sum(len(att.ops[r]) for r in members))
 
 
-def _by_kind(trace: Trace, att: Membership) -> list[RangeFigures]:
+def _by_kind(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
     """Per module kind, its outermost ranges: a range inside another of the same kind (q_proj
     inside self_attn) is already counted in it."""
     kinds = [range_kind(rng.name) for rng in trace.ranges]
@@ -214,14 +241,14 @@ def _by_kind(trace: Trace, att: Membership) -> list[RangeFigures]:
             p = att.parent[p]
         if p is None:
             outermost[kind].append(r)
-    return [_figures(trace, att, kind, "", outermost[kind]) for kind in KINDS if outermost[kind]]
+    return [_figures(trace, att, kind, "", outermost[kind], unlinked) for kind in KINDS if outermost[kind]]
 
 
-def _by_name(trace: Trace, att: Membership) -> list[RangeFigures]:
+def _by_name(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, rng in enumerate(trace.ranges):
         named[(rng.domain, group_name(rng.name))].append(r)
-    return sorted((_figures(trace, att, name, domain, members) for (domain, name), members in named.items()),
+    return sorted((_figures(trace, att, name, domain, members, unlinked) for (domain, name), members in named.items()),
                   key=lambda f: (-f.total_ns, f.key))
 
 
@@ -243,10 +270,13 @@ def analyze(trace: Trace, att: Membership | None = None) -> TraceReport:
               "api_calls": len(trace.api_calls), "cpu_ops": len(trace.cpu_ops),
               "kernel_launches": launch_kinds.count("kernel"), "graph_launches": launch_kinds.count("graph"),
               "kernels_without_launch": sum(k.launch is None for k in trace.kernels)}
-    groups = _step_groups(trace, att)
+    unlinked = unlinked_graph_launches(trace)
+    counts["graph_launches_without_kernels"] = len(unlinked)
+    groups = _step_groups(trace, att, unlinked)
     return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
                        notes=_notes(trace, counts, bool(groups)), devices=_devices(trace),
-                       step_groups=groups, by_kind=_by_kind(trace, att), by_name=_by_name(trace, att))
+                       step_groups=groups, by_kind=_by_kind(trace, att, unlinked),
+                       by_name=_by_name(trace, att, unlinked))
 
 
 def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
@@ -257,6 +287,9 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
     elif counts["kernels_without_launch"]:
         notes.append(f"{counts['kernels_without_launch']} of {counts['kernels']} kernels match no "
                      "launch call in the trace: they count per device, not per range or step")
+    if counts["graph_launches_without_kernels"] and trace.meta.get("cuda_graph_trace") != "Graph":
+        notes.append(f"{UNLINKED_GRAPH_KERNELS} ({counts['graph_launches_without_kernels']} of "
+                     f"{counts['graph_launches']} graph launch calls have no kernel linked to them)")
     if counts["graph_launches"] and trace.meta.get("cuda_graph_trace") == "Graph":
         notes.append("CUDA graphs were traced whole (--cuda-graph-trace=graph): their kernels are not "
                      "in the trace; record with --cuda-graph-trace=node to see them")
@@ -277,11 +310,16 @@ class Comparison:
 
     baseline: str
     other: str
-    rows: list[tuple[str, str, float, float]]  # (metric key, title, baseline, other)
+    rows: list[tuple[str, str, float | None, float | None]]  # (metric key, title, baseline, other)
 
 
 def _label(report: TraceReport, group: StepGroup, several_traces: bool) -> str:
     return f"{Path(report.source).name}: {group.name}" if several_traces else group.name
+
+
+def shown(median: float | None) -> bool:
+    """A metric is shown where it is not zero, or unknown (never left out as if zero)."""
+    return median is None or median != 0
 
 
 def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
@@ -294,5 +332,5 @@ def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
     (base_label, base), rest = groups[0], groups[1:]
     return [Comparison(base_label, label, [
         (key, title, base.medians[key], g.medians[key])
-        for key, title, _ in STEP_METRICS if base.medians[key] or g.medians[key]])
+        for key, title, _ in STEP_METRICS if shown(base.medians[key]) or shown(g.medians[key])])
         for label, g in rest]

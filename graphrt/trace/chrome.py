@@ -9,7 +9,8 @@ graphrt uses; by category (`cat`):
   record of the work a step did);
 - `cuda_runtime` / `cuda_driver`: `cudaLaunchKernel`, `cudaGraphLaunch`, ... -> `ApiCall`;
 - `kernel`: a kernel on the GPU -> `Kernel`, linked to its launching call by `args.correlation`;
-  a replayed graph node's carries `args["graph node id"]` (0 for a kernel launched on its own).
+  a replayed graph node's carries `args["graph node id"]` (0 for a kernel launched on its own),
+  and with newer kinetos `args["graph id"]` beside it (`_graph_node`).
 
 `gpu_user_annotation` events are the same `record_function` ranges drawn again on the GPU's
 timeline; they are not read, or every range would count twice.
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace, launch_index
+from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace, calls_by_key, launch_index
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -73,6 +74,19 @@ def _load_events(path: Path) -> tuple[list[dict], Any]:
     return events, data.get("schemaVersion") if isinstance(data, dict) else None
 
 
+def _graph_node(args: dict[str, Any]) -> int | None:
+    """The graph node a replayed kernel came from, as its toolsId (exec graph id << 32 | node id),
+    which the capture's node ranges are keyed by; None for a kernel launched on its own. Older
+    kinetos write the whole toolsId as `graph node id`; newer ones its lower 32 bits, with the
+    exec graph's id apart as `graph id`, so the two are put together again (a whole toolsId with
+    its `graph id` beside it reads the same)."""
+    node = int(args.get("graph node id") or 0)
+    if not node:
+        return None
+    graph = int(args.get("graph id") or 0)
+    return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
+
+
 def read_chrome_trace(path: str | Path) -> Trace:
     """Read a Chrome-trace JSON written by torch.profiler. Raises GraphrtError if it is not one."""
     path = Path(path)
@@ -101,15 +115,14 @@ def read_chrome_trace(path: str | Path) -> Trace:
 
         for items in (trace.ranges, trace.cpu_ops, trace.api_calls):
             items.sort(key=lambda item: item.start_ns)
-        # correlation ids are unique within one profiled process; the earliest call keeps a repeat
-        by_correlation = {c.correlation_id: i for i, c in reversed(list(enumerate(trace.api_calls)))}
+        by_correlation = calls_by_key(trace.api_calls, lambda c: c.correlation_id)
         for name, start, end, args in sorted(kernel_events, key=lambda k: k[1]):
             correlation = int(args.get("correlation", -1))
             trace.kernels.append(Kernel(
                 name, start, end, device=int(args.get("device", 0)),
                 stream=int(args["stream"]) if "stream" in args else None, correlation_id=correlation,
                 launch=launch_index(trace.api_calls, by_correlation, correlation, start),
-                graph_node_id=int(args.get("graph node id") or 0) or None))
+                graph_node_id=_graph_node(args)))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise GraphrtError(f"{path}: a Chrome-trace event lacks a usable field ({e!r}); expected "
                            "name, ts and dur on every complete ('X') event") from None

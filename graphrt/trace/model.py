@@ -7,7 +7,9 @@ clock; CPU-side things (ranges, API calls, CPU ops) carry the process and thread
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Hashable
 
@@ -103,15 +105,23 @@ class Trace:
     meta: dict[str, str] = field(default_factory=dict)
 
 
-def launch_index(api_calls: Sequence[ApiCall], by_key: Mapping[Hashable, int], key: Hashable,
-                 kernel_start_ns: int) -> int | None:
-    """The index of the call that launched a kernel, found by its correlation `key`.
+def calls_by_key(api_calls: Sequence[ApiCall], key: Callable[[ApiCall], Hashable]) -> dict[Hashable, list[int]]:
+    """The indices of `api_calls` (ordered by start) under each correlation key, in order."""
+    by_key: dict[Hashable, list[int]] = defaultdict(list)
+    for i, call in enumerate(api_calls):
+        by_key[key(call)].append(i)
+    return by_key
 
-    A kernel cannot start before the call that launched it began; a match that says otherwise
-    is a correlation id from some other call (ids restart per process and per session, and a
-    cut trace can hold both halves of a collision), so it is treated as no match.
+
+def launch_index(api_calls: Sequence[ApiCall], by_key: Mapping[Hashable, Sequence[int]], key: Hashable,
+                 kernel_start_ns: int) -> int | None:
+    """The index of the call that launched a kernel, found by its correlation `key` (`calls_by_key`).
+
+    A key can repeat (ids restart per process and per profiler session, and runtime and driver
+    calls share them), so of the calls with that key the one is taken that began last before the
+    kernel started: a kernel cannot start before the call that launched it began. None where
+    every call with the key began after it (a cut trace can hold the other half of a collision).
     """
-    index = by_key.get(key)
-    if index is None or api_calls[index].start_ns > kernel_start_ns:
-        return None
-    return index
+    candidates = by_key.get(key, ())
+    j = bisect.bisect_right(candidates, kernel_start_ns, key=lambda i: api_calls[i].start_ns) - 1
+    return candidates[j] if j >= 0 else None

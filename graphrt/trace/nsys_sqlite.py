@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.model import ApiCall, Kernel, Range, Trace, launch_index
+from graphrt.trace.model import ApiCall, Kernel, Range, Trace, calls_by_key, launch_index
 from graphrt.trace.nsys_profile import export_command, run_bounded
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -128,9 +128,8 @@ def _kernels(schema: _Schema, api_calls: list[ApiCall]) -> list[Kernel]:
     rows = schema.db.execute(
         f"SELECT {name_expr}, k.start, k.end, k.deviceId, k.correlationId, {extra} "
         f"FROM {table} k{joins} ORDER BY k.start")
-    # a correlation id is unique within one process: join on (pid, id); were one repeated,
-    # the earliest call keeps it
-    by_key = {(c.pid, c.correlation_id): i for i, c in reversed(list(enumerate(api_calls)))}
+    # correlation ids restart per process: join on (pid, id)
+    by_key = calls_by_key(api_calls, lambda c: (c.pid, c.correlation_id))
     kernels = []
     for name, start, end, device, correlation, stream, global_pid, graph_id, node_id in rows:
         pid = split_global_tid(global_pid)[0] if global_pid is not None else None

@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from graphrt.trace.analyze import STEP_METRICS, Comparison, RangeFigures, TraceReport
+from graphrt.trace.analyze import STEP_METRICS, Comparison, RangeFigures, TraceReport, shown
 
 
 def _us(ns: float) -> str:
@@ -20,6 +20,11 @@ def _count(n: float) -> str:
 
 _UNIT_FORMAT = {"ns": _us, "count": _count}
 _METRIC_UNITS = {key: unit for key, _, unit in STEP_METRICS}
+UNKNOWN = "unknown"  # a figure the trace cannot say (graphrt.trace.analyze.UNLINKED_GRAPH_KERNELS)
+
+
+def _metric(unit: str, value: float | None) -> str:
+    return UNKNOWN if value is None else _UNIT_FORMAT[unit](value)
 
 
 def _titled(title: str, unit: str) -> str:
@@ -51,8 +56,9 @@ def format_report(report: TraceReport, top: int = 15) -> str:
             disable_numparse=True)]
     if report.step_groups:
         # one column per step group, one row per metric that is not zero everywhere
-        rows = [(_titled(title, unit), *(_UNIT_FORMAT[unit](g.medians[key]) for g in report.step_groups))
-                for key, title, unit in STEP_METRICS if any(g.medians[key] for g in report.step_groups)]
+        rows = [(_titled(title, unit), *(_metric(unit, g.medians[key]) for g in report.step_groups))
+                for key, title, unit in STEP_METRICS
+                if any(shown(g.medians[key]) for g in report.step_groups)]
         headers = ["median per step", *(f"{g.name} ({len(g.steps)} steps)" for g in report.step_groups)]
         out += ["", "Decode steps", tabulate(rows, headers=headers, disable_numparse=True)]
     with_ops = any(f.cpu_ops for f in report.by_name)
@@ -61,7 +67,7 @@ def format_report(report: TraceReport, top: int = 15) -> str:
         headers = [first, *(["domain"] if domain else []), "ranges", "total µs", "mean µs",
                    "kernels", "GPU µs", *(["CPU ops"] if with_ops else [])]
         return tabulate([(f.key, *([f.domain] if domain else []), f.count, _us(f.total_ns),
-                          _us(f.mean_ns), f.kernels, _us(f.gpu_ns), *([f.cpu_ops] if with_ops else []))
+                          _us(f.mean_ns), _metric("count", f.kernels), _metric("ns", f.gpu_ns), *([f.cpu_ops] if with_ops else []))
                          for f in rows], headers=headers, disable_numparse=True)
 
     if any(f.key != "other" for f in report.by_kind):  # only "other": no module ranges to sort
@@ -80,9 +86,9 @@ def format_comparison(comparison: Comparison) -> str:
     rows = []
     for key, title, a, b in comparison.rows:
         unit = _METRIC_UNITS[key]
-        fmt = _UNIT_FORMAT[unit]
-        share = f"{(a - b) / a:.0%}" if a else "-"
-        rows.append((_titled(title, unit), fmt(a), fmt(b), fmt(a - b), share))
+        removed = None if a is None or b is None else a - b
+        share = f"{removed / a:.0%}" if removed is not None and a else "-"
+        rows.append((_titled(title, unit), _metric(unit, a), _metric(unit, b), _metric(unit, removed), share))
     return "\n".join([f"{comparison.other} against {comparison.baseline} (median per step)",
                       tabulate(rows, disable_numparse=True, headers=[
                           "", comparison.baseline, comparison.other, "removed", "removed %"])])
@@ -106,5 +112,6 @@ def report_dict(report: TraceReport) -> dict[str, Any]:
 
 def comparison_dict(comparison: Comparison) -> dict[str, Any]:
     return {"baseline": comparison.baseline, "other": comparison.other,
-            "metrics": [{"metric": key, "title": title, "baseline": a, "other": b, "removed": a - b}
+            "metrics": [{"metric": key, "title": title, "baseline": a, "other": b,
+                         "removed": None if a is None or b is None else a - b}
                         for key, title, a, b in comparison.rows]}

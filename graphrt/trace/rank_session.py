@@ -5,7 +5,11 @@ as it reads any trace. Rank 0 names the directory and publishes it once every ra
 rank that fails stops them all (the launcher), and the hidden directory goes with the next
 recording under the same `--out` (`session._remove_stale_scratch`).
 
-Nsight Systems is left out: it would wrap each rank's process, which the launcher starts.
+Nsight Systems is left out: it would wrap each rank's process, which the launcher starts. Each
+rank records its modes one after another in its own process (a single-process `graphrt trace`
+gives every mode a process of its own), so on CUDA 13.0 only the first mode's profiler session
+links graph kernels to their launches (CUPTI's bug, DESIGN.md): trace graph replays with
+`--mode graph` there.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from graphrt import runner
+from graphrt.backends.factory import expand_modes
 from graphrt.config import resolve
 from graphrt.parallel.ranks import Ranks
 from graphrt.runner import RunSpec
-from graphrt.trace.session import (MadeTraces, Say, _record_with_torch, _scratch_dir, publish,
-                                   trace_name, write_summary)
+from graphrt.trace.record import record_modes, torch_window
+from graphrt.trace.session import MadeTraces, Say, _scratch_dir, publish, trace_name, write_summary
 
 
 def _from_leader(value: object) -> object:
@@ -42,8 +48,16 @@ def make_rank_traces(spec: RunSpec, ranks: Ranks, out: Path, say: Say) -> MadeTr
     try:
         mine.mkdir()
         _, model, device, _ = runner.load(spec, ranks)
-        made = _record_with_torch(spec, config, model, device, mine, say)
+        say(f"recording {spec.mode} on {ranks.world} ranks under torch.profiler…")
+        recorded = record_modes(spec, config, model, window=lambda mode: torch_window(device, mine / f"{mode}.json"),
+                                count=device.type != "cuda")
         del model
+        files = {mode: {"chrome": f"{mode}.json"} for mode in expand_modes(spec.mode)}
+        facts = {"name": "torch.profiler", "version": torch.__version__,
+                 "activities": ["CPU", *(["CUDA"] if device.type == "cuda" else [])],
+                 "recorded_window": "torch.profiler.profile around the steps after warmup, the "
+                                    "modes one after another in each rank's process"}
+        made = (recorded, files, facts)
         summary = write_summary(mine, started, config, spec, device, made, rank=ranks.rank,
                                 world=ranks.world)
         dist.barrier()  # every rank's files are there

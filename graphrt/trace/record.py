@@ -32,13 +32,17 @@ from graphrt.config import ModelConfig
 from graphrt.engine import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, TapeGraph
+from graphrt.graphs.annotate import NO_NODE_IDS, profiler_node_ids
 from graphrt.launches import StepLaunches
 from graphrt.model import Qwen2ForCausalLM, greedy
+from graphrt.profiling import Session, profiler_session
+from graphrt.profiling import profiler_activities  # noqa: F401  (the device scripts import it from here)
 from graphrt.runner import RunSpec
 
 RECORD_RANGE = "record"  # graphrt.trace.nsys_profile.CAPTURE_RANGE names it too
 
-Window = Callable[[str], contextlib.AbstractContextManager]
+# A recording window for a mode; what it yields is the profiler session it opened, if any.
+Window = Callable[[str], contextlib.AbstractContextManager[Session | None]]
 
 
 @dataclass
@@ -49,12 +53,16 @@ class RecordedMode:
     warmup_steps: int  # decode steps run before the recording (prefill comes before them)
     recorded_steps: int
     # StepLaunches.ops of one step, as `graphrt run` counts them, after the recorded steps; None
-    # under Nsight Systems on CUDA, where the export has the counts (torch.profiler and nsys
-    # cannot both subscribe to CUPTI: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+    # on CUDA, where the trace has the counts: under Nsight Systems torch.profiler cannot count
+    # (one CUPTI subscriber: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED), and under
+    # torch.profiler a count would need a second session (graphrt.profiling)
     ops_per_step: int | None
     kernel_launches: int | None = None  # CUDA only: launch calls of that step
     graph_launches: int | None = None
     prepare_s: float = 0.0  # graph capture time
+    # the recording process's torch.profiler session that recorded the steps (1: its first, the
+    # only one whose graph kernels CUPTI 13.0 links to their launches); None under Nsight Systems
+    profiler_session: int | None = None
     notes: list[str] = field(default_factory=list)
     # TapeGraph captures, by the name of the step that replays them (`replay[bs=1]`): per
     # entry, its op as torch.profiler names it and the ranges open when it was captured
@@ -87,6 +95,8 @@ def _node_ranges(backend: Backend) -> tuple[dict[str, dict[str, list[str]]], lis
     ranges = {f"replay[bs={bs}]": {str(node): list(stack) for node, stack in g.node_ranges.items()}
               for bs, g in cuda.items() if g.node_ranges}
     missing = dict.fromkeys(g.node_ranges_missing for g in cuda.values() if g.node_ranges_missing)
+    if ranges and profiler_node_ids() == NO_NODE_IDS:
+        missing[NO_NODE_IDS] = None
     return ranges, [f"{why}; replayed kernels can only be attributed by aligning them with an eager step"
                     for why in missing]
 
@@ -112,22 +122,16 @@ def nsys_window(device: torch.device) -> Iterator[None]:
             torch.cuda.profiler.stop()
 
 
-def profiler_activities(device: torch.device) -> list[torch.profiler.ProfilerActivity]:
-    """What torch.profiler records on `device`: CPU ops and calls, and the GPU's work on CUDA."""
-    cpu = [torch.profiler.ProfilerActivity.CPU]
-    return cpu + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else cpu
-
-
 @contextlib.contextmanager
-def torch_window(device: torch.device, path: Path) -> Iterator[None]:
+def torch_window(device: torch.device, path: Path) -> Iterator[Session]:
     """torch.profiler (CPU, and CUDA on a CUDA device) around the block; its Chrome trace is
     written to `path` when the block ends."""
-    with torch.profiler.profile(activities=profiler_activities(device)) as prof:
+    with profiler_session(device) as session:
         # each graphrt range also a record_function of its name, so the trace holds the ranges
         with nvtx.mirror_ranges(lambda stack: torch.profiler.record_function(stack[-1])), \
                 nvtx.nvtx_range(RECORD_RANGE):
-            yield
-    prof.export_chrome_trace(str(path))
+            yield session
+    session.profile.export_chrome_trace(str(path))
 
 
 def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
@@ -140,15 +144,16 @@ def _record_one(backend: Backend, prompt: torch.Tensor, spec: RunSpec,
     positions = torch.full((spec.batch,), spec.prompt_len + spec.warmup, dtype=torch.long,
                            device=device)
     recorded = spec.steps - spec.warmup
-    with torch.inference_mode(), window:
+    with torch.inference_mode(), window as session:
         for _ in range(recorded):
             token = greedy(backend.step(token, positions))
             positions += 1
-    launches = count_launches(backend, warm, spec.prompt_len) if count else StepLaunches(ops=None)
+    launches = count_launches([(backend, warm)], spec.prompt_len)[backend.name] if count else StepLaunches(ops=None)
     node_ranges, missing = _node_ranges(backend)
     return RecordedMode(backend.name, spec.warmup, recorded, launches.ops,
                         launches.kernel_launches, launches.graph_launches,
-                        prepared.seconds, [*prepared.notes, *missing], _captured_ops(backend), node_ranges)
+                        prepared.seconds, session and session.number, [*prepared.notes, *missing],
+                        _captured_ops(backend), node_ranges)
 
 
 def record_modes(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,

@@ -9,10 +9,11 @@ The directory is filled under a temporary name beside it and renamed when every 
 a failed or interrupted run leaves no half-written trace behind and never touches existing ones.
 A name that is taken gets a suffix (`-2`, `-3`, ...); `made.wanted` keeps the name first chosen.
 
-Under Nsight Systems each mode is recorded in a process of its own: `nsys profile` runs
-`python -m graphrt.trace.child`, which loads the model, warms up and opens the recording window
-(graphrt.trace.record.nsys_window); the report is then exported to SQLite. Under torch.profiler
-everything runs in this process, on one model.
+Each mode is recorded in a process of its own, `python -m graphrt.trace.child`, which loads the
+model, warms up and opens the recording window (graphrt.trace.record). Under Nsight Systems
+`nsys profile` runs it, and the report is then exported to SQLite. Under torch.profiler the window
+is that process's first profiler session: CUPTI 13.0 gives graph launches and their kernels wrong
+correlation ids in every later one (graphrt.profiling).
 """
 
 from __future__ import annotations
@@ -39,15 +40,14 @@ import torch
 import graphrt
 from graphrt import hardware, runner
 from graphrt.backends.factory import expand_modes
-from graphrt.config import ModelConfig, resolve
+from graphrt.config import resolve
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.model import Qwen2ForCausalLM
 from graphrt.runner import RunSpec
 from graphrt.trace import nsys_profile
 from graphrt.trace.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
 from graphrt.trace.overhead import NvtxOverhead, measure_nvtx_overhead
-from graphrt.trace.record import RecordedMode, record_modes, torch_window
+from graphrt.trace.record import RecordedMode
 
 PROFILERS = ("auto", "nsys", "torch")
 Say = Callable[[str], None]
@@ -149,29 +149,40 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
+def _record_in_child(spec: RunSpec, scratch: Path, timeout_s: float, what: str,
+                     wrap: Callable[[list[str]], list[str]] = list, chrome: Path | None = None
+                     ) -> list[RecordedMode]:
+    """Record `spec` (one mode) in a process of its own (graphrt.trace.child), its command
+    wrapped by `wrap` (`nsys profile ...`); return what that process says it did."""
+    mode = spec.mode
+    spec_path, facts_path = scratch / f".{mode}.spec.json", scratch / f".{mode}.recorded.json"
+    write_json(spec_path, _spec_dict(spec))
+    child = [sys.executable, "-m", "graphrt.trace.child", str(spec_path), str(facts_path),
+             *([str(chrome)] if chrome else [])]
+    done = nsys_profile.run_bounded(wrap(child), timeout_s, env=_child_env())
+    if done.returncode != 0 or not facts_path.is_file():
+        raise GraphrtError(f"{what} of the {mode} decode failed (exit status "
+                           f"{done.returncode}): {done.last_line()}")
+    recorded = [RecordedMode(**facts) for facts in json.loads(facts_path.read_text())]
+    spec_path.unlink()
+    facts_path.unlink()
+    return recorded
+
+
 def _nsys_one(nsys: str, spec: RunSpec, cuda: bool, scratch: Path, timeout_s: float) -> list[RecordedMode]:
     """Record `spec` (one mode) under `nsys profile` into scratch/MODE.nsys-rep, export that to
     scratch/MODE.sqlite; return what the recorded process says it did."""
     mode = spec.mode
-    spec_path, facts_path = scratch / f".{mode}.spec.json", scratch / f".{mode}.recorded.json"
-    write_json(spec_path, _spec_dict(spec))
-    child = [sys.executable, "-m", "graphrt.trace.child", str(spec_path), str(facts_path)]
-    done = nsys_profile.run_bounded(nsys_profile.profile_command(nsys, scratch / mode, child, cuda),
-                                    timeout_s, env=_child_env())
+    recorded = _record_in_child(spec, scratch, timeout_s, "nsys profile",
+                                lambda child: nsys_profile.profile_command(nsys, scratch / mode, child, cuda))
     report = scratch / f"{mode}.nsys-rep"
-    if done.returncode != 0:
-        raise GraphrtError(f"nsys profile of the {mode} decode failed (exit status "
-                           f"{done.returncode}): {done.last_line()}")
     if not report.is_file():
         raise GraphrtError(f"nsys profile of the {mode} decode wrote no report (the recorded "
-                           f"range never opened?): {done.last_line()}")
+                           "range never opened?)")
     sqlite = scratch / f"{mode}.sqlite"
     exported = nsys_profile.run_bounded(nsys_profile.export_command(nsys, report, sqlite), timeout_s)
     if exported.returncode != 0 or not sqlite.is_file():
         raise GraphrtError(f"nsys export of {report.name} failed: {exported.last_line()}")
-    recorded = [RecordedMode(**facts) for facts in json.loads(facts_path.read_text())]
-    spec_path.unlink()
-    facts_path.unlink()
     return recorded
 
 
@@ -194,17 +205,21 @@ def _record_with_nsys(spec: RunSpec, device: torch.device, scratch: Path, timeou
     return recorded, files, profiler
 
 
-def _record_with_torch(spec: RunSpec, config: ModelConfig, model: Qwen2ForCausalLM,
-                       device: torch.device, scratch: Path, say: Say) -> Recorded:
-    modes = expand_modes(spec.mode)
-    say(f"recording {', '.join(modes)} under torch.profiler…")
-    recorded = record_modes(spec, config, model,
-                            window=lambda mode: torch_window(device, scratch / f"{mode}.json"))
-    files = {mode: {"chrome": f"{mode}.json"} for mode in modes}
+def _record_with_torch(spec: RunSpec, device: torch.device, scratch: Path, timeout_s: float,
+                       say: Say) -> Recorded:
+    """Each mode in a process of its own, whose first torch.profiler session records it: CUPTI
+    13.0 links graph kernels to their launches in a process's first session only."""
+    recorded, files = [], {}
+    for mode in expand_modes(spec.mode):
+        say(f"recording {mode} under torch.profiler…")
+        recorded += _record_in_child(dataclasses.replace(spec, mode=mode), scratch, timeout_s,
+                                     "the torch.profiler recording", chrome=scratch / f"{mode}.json")
+        files[mode] = {"chrome": f"{mode}.json"}
     activities = ["CPU", *(["CUDA"] if device.type == "cuda" else [])]
     profiler = {"name": "torch.profiler", "version": torch.__version__, "activities": activities,
-                "recorded_window": "torch.profiler.profile around the steps after warmup, "
-                                   "record_function ranges mirroring graphrt's NVTX ranges"}
+                "recorded_window": "torch.profiler.profile around the steps after warmup, the first "
+                                   "session of a process of their own, record_function ranges "
+                                   "mirroring graphrt's NVTX ranges"}
     return recorded, files, profiler
 
 
@@ -268,17 +283,14 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
     with _terminate_as_exit():
         scratch = _scratch_dir(out, name)
         try:
-            model = runner.load(spec)[1] if chosen == "torch" or overhead_steps else None
             overhead = None
             if overhead_steps:
                 say(f"measuring NVTX overhead: {overhead_steps} eager steps with ranges on, as many off…")
-                overhead = measure_nvtx_overhead(model, spec.batch, spec.prompt_len, overhead_steps,
-                                                 spec.seed)
-            if chosen == "torch":
-                recorded, files, facts = _record_with_torch(spec, config, model, device, scratch, say)
-            else:
-                model = None  # free it: the recorded process loads its own
-                recorded, files, facts = _record_with_nsys(spec, device, scratch, timeout_s, say)
+                overhead = measure_nvtx_overhead(runner.load(spec)[1], spec.batch, spec.prompt_len,
+                                                 overhead_steps, spec.seed)
+            # the recording processes load their own models
+            record = _record_with_torch if chosen == "torch" else _record_with_nsys
+            recorded, files, facts = record(spec, device, scratch, timeout_s, say)
             summary = write_summary(scratch, started, config, spec, device, (recorded, files, facts),
                                     nvtx_overhead=overhead.to_dict() if overhead else None)
             wanted = out / name
