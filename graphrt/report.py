@@ -124,7 +124,11 @@ def summary_lines(result: RunResult) -> list[str]:
             continue
         lines.append(f"speedup {mode} vs eager: {eager.stats.median / gen.stats.median:.2f}x "
                      "(median step)")
-    lines += [compare(eager, gen).describe() for mode, gen in gens.items() if mode != "eager"]
+    for mode, gen in gens.items():
+        if mode != "eager":
+            lines.append(compare(eager, gen).describe())
+            if mode in result.localizations:
+                lines.append(f"  {result.localizations[mode].describe()}")
     said: dict[str, list[str]] = {}  # a note, and the modes that give it
     for mode, gen in gens.items():
         for note in gen.prepare.notes:
@@ -164,6 +168,8 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             modes[mode]["equivalence"] = {
                 "identical": eq.identical, "first_divergence": eq.first_divergence,
                 "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps}
+            if mode in result.localizations:
+                modes[mode]["localization"] = result.localizations[mode].as_dict()
     ranks = {mode: [{"rank": r.rank, "samples_ms": list(r.step_ms), "ops_per_step": r.ops,
                      "collective_share": r.collective_share, "generated_ids": [list(t) for t in r.tokens]}
                     for r in per_rank]

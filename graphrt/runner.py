@@ -13,7 +13,9 @@ from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.graphs.localize import Localization
 from graphrt.launches import StepLaunches
+from graphrt.locate import locate_differences
 from graphrt.parallel import figures, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.weights import build_model
@@ -102,6 +104,8 @@ class RunResult:
     # None with the reason in `reference_note` where transformers cannot run here
     reference_launches: StepLaunches | None = None
     reference_note: str | None = None
+    # per graph mode whose tokens or logits differ from eager's: where its replay first differs
+    localizations: dict[str, Localization] = field(default_factory=dict)
     ranks: Ranks | None = None  # this process's place in a tensor-parallel run
     # per mode, every rank's figures (tensor-parallel runs only)
     per_rank: dict[str, list[figures.RankFigures]] = field(default_factory=dict)
@@ -137,7 +141,8 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
 
     Every mode is timed first, then every mode's step is counted in one go (`count_launches`): the
     profiler that counts them on CUDA would otherwise tax the modes timed after it, and only a
-    process's first profiler session links graph kernels to their launches. `on_done`
+    process's first profiler session links graph kernels to their launches. Last, a graph mode
+    whose output differs from eager's is localized (graphrt.locate). `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
 
     Started by torch.distributed's launcher, this process is one rank of a tensor-parallel run:
@@ -196,20 +201,29 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
-            counted = [(b, result.generations[b.name]) for b in backends]
-            reference, result.reference_note = _reference_backend(model, prompt, ranks)
-            if reference is not None:  # HF's step, for scale: counted last, in the same session
-                counted.append((reference, counted[0][1]))
-            launches = count_launches(counted, spec.prompt_len)
-            result.reference_launches = launches.pop(reference.name) if reference is not None else None
-            for name, counts in launches.items():
-                result.generations[name].launches = counts
+            _count(result, backends, model)
             if ranks is not None:
-                for backend, gen in counted:
-                    result.per_rank[backend.name] = _rank_figures(backend, gen, ranks, spec.prompt_len)
+                for backend in backends:
+                    result.per_rank[backend.name] = _rank_figures(
+                        backend, result.generations[backend.name], ranks, spec.prompt_len)
+            if ranks is None:  # localizing replays one rank's step: its collectives would wait alone
+                result.localizations = locate_differences(result, model, lengths)
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def _count(result: RunResult, backends: list[Backend], model: torch.nn.Module) -> None:
+    """One more step of each mode, and of HF's step for scale where it can run, counted last
+    and all in one profiler session (graphrt.launches.count_steps)."""
+    counted = [(b, result.generations[b.name]) for b in backends]
+    reference, result.reference_note = _reference_backend(model, result.prompt, result.ranks)
+    if reference is not None:
+        counted.append((reference, counted[0][1]))
+    launches = count_launches(counted, result.spec.prompt_len)
+    result.reference_launches = launches.pop(reference.name) if reference is not None else None
+    for name, counts in launches.items():
+        result.generations[name].launches = counts
 
 
 def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor, ranks: Ranks | None

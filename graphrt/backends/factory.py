@@ -27,12 +27,13 @@ def expand_modes(mode: str) -> tuple[str, ...]:
 
 
 def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | None = None,
-                 lint: bool = True, annotate: bool = False) -> Backend:
-    """`annotate`: a graph backend also records graph-node annotations (GraphBackend)."""
+                 lint: bool = True, annotate: bool = False, probe: bool = False) -> Backend:
+    """`annotate`: a graph backend also records graph-node annotations; `probe`: a graph or
+    piecewise backend probes every module (GraphBackend)."""
     if mode == "graph":
-        return GraphBackend(model, buckets, lint, annotate)
+        return GraphBackend(model, buckets, lint, annotate, probe)
     if mode == "piecewise":
-        return PiecewiseBackend(model, buckets, lint)
+        return PiecewiseBackend(model, buckets, lint, probe=probe)
     if mode == "compile":
         return CompileBackend(model)
     return EagerBackend(model)

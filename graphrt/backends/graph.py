@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -12,8 +14,11 @@ from graphrt.errors import GraphrtError
 from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture,
                             graph_kind, lint_step, new_pool)
 from graphrt.graphs.agree import check_ranks_agree
+from graphrt.graphs.probe import Probe, ProbeSet
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
+
+T = TypeVar("T")
 
 
 def parse_buckets(text: str) -> tuple[int, ...]:
@@ -74,7 +79,10 @@ class GraphBackend(Backend):
     labelled "graph" is always a graph's. Before the first capture the step is linted
     (`lint_decode`); a finding is a GraphCaptureError, unless `lint` is off. With `annotate`, a
     CUDA capture also records the ranges open at each graph node's capture where the machine
-    can (`CudaGraph.node_ranges`); off by default, as it adds to the capture time.
+    can (`CudaGraph.node_ranges`); off by default, as it adds to the capture time. With
+    `probe`, every capture also copies the step's inputs, each module's inputs and output and
+    the logits into probe buffers (graphrt.graphs.probe; `probe_values`): what localizing a difference
+    from eager reads after each step.
     """
 
     name = "graph"
@@ -85,6 +93,7 @@ class GraphBackend(Backend):
         buckets: tuple[int, ...] | None = None,
         lint: bool = True,
         annotate: bool = False,  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
+        probe: bool = False,
     ):
         super().__init__(model)
         self.requested = buckets
@@ -92,6 +101,8 @@ class GraphBackend(Backend):
         self.annotate = annotate  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
         self.buckets: tuple[int, ...] = ()  # pragma: no mutate (None reads as no buckets too)
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
+        self.probe = probe
+        self.probes: dict[int, list[ProbeSet]] = {}  # per bucket, one per graph, in step order
         self.kind = graph_kind(model.lm_head.weight.device)
 
     def _buckets_for(self, max_batch: int) -> tuple[int, ...]:
@@ -160,8 +171,23 @@ class GraphBackend(Backend):
         self.positions = torch.zeros(rows, dtype=torch.long, device=device)
 
     def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
-        self.graphs[bs] = capture(lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
-                                  device=pool.device, pool=pool, annotate=self.annotate)  # pragma: no mutate (CUDA only: a tape takes neither)
+        step = self._probed(bs, lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
+                            first=True, last=True)
+        self.graphs[bs] = capture(step, device=pool.device, pool=pool, annotate=self.annotate)  # pragma: no mutate (CUDA only: a tape takes neither)
+
+    def _probed(self, bs: int, fn: Callable[[], T], first: bool, last: bool) -> Callable[[], T]:
+        """`fn`, one graph of bucket `bs`, with probes when probing (else `fn` itself): the
+        step's inputs if it is the `first` graph of the step, the logits if the `last`."""
+        if not self.probe:
+            return fn
+        inputs = {"tokens": self.tokens[:bs], "positions": self.positions[:bs]} if first else {}
+        probes = ProbeSet(self.model, inputs, output=last)
+        self.probes.setdefault(bs, []).append(probes)
+        return probes.wrap(fn)
+
+    def probe_values(self, bs: int) -> list[Probe]:
+        """Bucket `bs`'s probes as its last step left them, in step order."""
+        return [probe for probes in self.probes[bs] for probe in probes.values()]
 
     def _bucket_graphs(self, bs: int) -> tuple[Graph, ...]:
         """The graphs bucket `bs` captured."""

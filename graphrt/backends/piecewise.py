@@ -62,8 +62,9 @@ class PiecewiseBackend(GraphBackend):
         model, layers = self.model, list(self.model.model.layers)
         tokens, positions, attended = self.tokens[:bs], self.positions[:bs].unsqueeze(1), self.attended[:bs]
 
-        def grab(fn: Callable[[], tuple]) -> tuple:
-            graph, out = capture(fn, device=pool.device, pool=pool)  # pragma: no mutate (the pool: CUDA only)
+        def grab(fn: Callable[[], tuple], last: bool = False) -> tuple:
+            probed = self._probed(bs, fn, first=not graphs, last=last)
+            graph, out = capture(probed, device=pool.device, pool=pool)  # pragma: no mutate (the pool: CUDA only)
             graphs.append(graph)
             return out
 
@@ -82,7 +83,7 @@ class PiecewiseBackend(GraphBackend):
         for done, layer in zip(layers, layers[1:]):
             x, *qkv = grab(lambda x=x, done=done, layer=layer: middle(x, done, layer))
             cores.append(self._core(layer, qkv, positions, mask, attended))
-        logits = grab(lambda x=x: model.head(layers[-1].finish(x, attended))[:, -1])
+        logits = grab(lambda x=x: model.head(layers[-1].finish(x, attended))[:, -1], last=True)
         self.graphs[bs] = (Pieces(
             tuple(graphs), tuple(cores), f"decode_step[piecewise,bs={bs}]",
             tuple(f"piece[bs={bs},i={i}]" for i in range(len(graphs))),

@@ -194,6 +194,9 @@ class TapeGraph:
     # once, however many views of it it holds). Weights and inputs are not counted; unlike a
     # CUDA graph, a tape reuses no memory between its intermediates.
     memory_bytes: int
+    # Per op, what it wrote (its result, or the arguments it wrote in place): after a replay,
+    # that replay's values (graphrt.graphs.localize compares them with eager's).
+    op_outputs: tuple[Any, ...] = ()
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -274,6 +277,7 @@ def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tupl
     held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
     held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     graph = TapeGraph(device, tuple(calls), tuple(str(e.func) for e in mode.entries),
-                      tuple(e.ranges for e in mode.entries), _held_bytes(held, mode.created))
+                      tuple(e.ranges for e in mode.entries), _held_bytes(held, mode.created),
+                      tuple(e.out for e in mode.entries))
     return graph, out
 
