@@ -40,9 +40,12 @@ def _cell(value: float | None, width: int) -> str:
     return ("-" if value is None else f"{value:.3f}").rjust(width)
 
 
-def bandwidth(result: RunResult, gen: Generation) -> tuple[float, float | None]:
+def bandwidth(result: RunResult, gen: Generation) -> tuple[float | None, float | None]:
     """Bytes a step must move (weights, the whole static KV cache, the new K/V; bench.roofline)
-    over the median step: bytes/s, and its share of the device's datasheet bandwidth where known."""
+    over the median step: bytes/s, and its share of the device's datasheet bandwidth where known.
+    None under tensor parallelism: a rank moves its share, and the roofline counts the model's."""
+    if result.ranks is not None and result.ranks.world > 1:
+        return None, None
     spec = result.spec
     cost = step_cost(result.config, spec.batch, spec.seq_len, result.dtype.itemsize)
     achieved = cost.bytes / (gen.stats.median / 1e3)
@@ -62,7 +65,8 @@ def timing_row(result: RunResult, mode: str) -> str:
     gen = result.generations[mode]
     s, prep = gen.stats, gen.prepare
     achieved, share = bandwidth(result, gen)
-    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, achieved / 1e9,
+    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median,
+              None if achieved is None else achieved / 1e9,
               None if share is None else 100 * share, prep.seconds or None, prep.lint_seconds,
               prep.memory_bytes / MIB if prep.memory_bytes else None]
     return "  ".join([mode.ljust(_WIDTHS[0]), *(_cell(v, w) for v, w in zip(values, _WIDTHS[1:]))])

@@ -37,6 +37,8 @@ def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_
     assert "all-reduce %" in stdout and "eager: ranks' tokens identical" in stdout
     doc = json.loads(out.read_text())
     assert doc["tp"] == 2
+    # a rank moves its share of the weights: no bandwidth from the whole model's bytes
+    assert doc["modes"]["eager"]["achieved_bandwidth"] is None
     single = run(RunSpec(model="tiny", mode="eager", steps=6, batch=2))
     for mode in ("eager", "graph"):
         figures = doc["ranks"][mode]
