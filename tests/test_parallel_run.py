@@ -127,3 +127,16 @@ def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_tra
             assert by_name[name]["total_ns"] == pytest.approx(sum(e["dur"] for e in ranges) * 1e3)
     result = cli("analyze", made)
     assert result.exit_code == 1 and "one trace directory per rank (rank0, rank1)" in result.stderr
+
+
+@pytest.mark.compiles
+def test_tp_2_compiles_the_step_with_its_all_reduces_and_generates_eagers_tokens(tmp_path):
+    out = tmp_path / "run.json"
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager,compile", "--steps", "6",
+                   "--json", str(out))
+    _, stderr = proc.communicate(timeout=3 * BOUND_S)  # a compile per rank
+    assert proc.returncode == 0, stderr
+    doc = json.loads(out.read_text())
+    assert doc["modes"]["compile"]["equivalence"]["identical"]
+    for rank in doc["ranks"]["compile"]:
+        assert rank["generated_ids"] == doc["modes"]["eager"]["generated_ids"]
