@@ -22,7 +22,9 @@ BOUND_S = 90  # no run here takes half of it; a hang would take the collectives'
 
 def graphrt(*args: str, launcher: tuple[str, ...] = (), gpus: str = "") -> subprocess.Popen:
     """`python [launcher] -m graphrt ARGS`, seeing the GPUs `gpus` (none by default)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": gpus}
+    # this checkout first, then whatever the caller's path holds (the device check's wheels)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": gpus}
     return subprocess.Popen([sys.executable, *launcher, "-m", "graphrt", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
