@@ -11,10 +11,11 @@ from tabulate import tabulate
 from graphrt import __version__, hardware, report, runner, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.bench.command import bench
-from graphrt.errors import GraphrtError
+from graphrt.errors import GraphrtError, first_line
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
 from graphrt.options import decode_options
+from graphrt.parallel import launch, ranks
 from graphrt.runner import RunSpec
 from graphrt.trace.commands import analyze, trace
 
@@ -23,17 +24,27 @@ MODE_CHOICES = (*MODES, *GROUPS)
 
 class _Group(click.Group):
     """Turns a GraphrtError anywhere below into one line on stderr and exit status 1, and a
-    usage error (a bad option value) into one line and exit status 2."""
+    usage error (a bad option value) into one line and exit status 2.
+
+    One rank of a tensor-parallel run says which rank it is, and reports any failure in one
+    line: when a rank dies the others fail in their next collective ("connection closed by
+    peer"), and the launcher, which stops them all, names the rank that failed first."""
 
     def invoke(self, ctx: click.Context):
+        rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
         try:
             return super().invoke(ctx)
         except GraphrtError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {rank}{e}", err=True)
             sys.exit(1)
         except click.UsageError as e:
             click.echo(f"error: {e.format_message()}", err=True)
             sys.exit(2)
+        except Exception as e:  # noqa: BLE001 (a rank's failure, in one line)
+            if not rank:
+                raise
+            click.echo(f"error: {rank}{type(e).__name__}: {first_line(e)}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group)
@@ -59,6 +70,14 @@ def main() -> None:
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
+    if launch.relaunched(options):
+        return
+    _run(json_path, prompts, options)
+
+
+def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:
+    leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
+    echo = click.echo if leader else (lambda *args, **kwargs: None)
     if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
         raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
                            "give one of the two")
@@ -66,10 +85,10 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     if tokenizer:
         options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
     spec = RunSpec(**options)
-    if json_path:
+    if json_path and leader:
         check_writable(json_path)
     if warning := check_recording():
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
 
     def generated(result: runner.RunResult) -> dict:
         return {mode: gen.tokens for mode, gen in result.generations.items()}
@@ -82,21 +101,24 @@ def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
 
     def mode_done(result: runner.RunResult, mode: str) -> None:
         if len(result.generations) == 1:
-            click.echo(report.header(result))
-            click.echo(report.timing_header())
-        click.echo(report.timing_row(result, mode))
-        if json_path:  # after every mode: a later failure or a timeout keeps what ran
+            echo(report.header(result))
+            echo(report.timing_header())
+        echo(report.timing_row(result, mode))
+        if json_path and leader:  # after every mode: a later failure or a timeout keeps what ran
             write_json(json_path, document(result))
 
-    result = runner.run(spec, on_mode=lambda m: click.echo(f"running {m}…", err=True), on_done=mode_done)
-    click.echo(report.launches_table(result))
-    for line in report.summary_lines(result):
-        click.echo(line)
+    result = runner.run(spec, on_mode=lambda m: echo(f"running {m}…", err=True), on_done=mode_done)
+    echo(report.launches_table(result))
+    if result.per_rank:
+        echo(f"\n{result.ranks.world} ranks, each figure the slowest rank's unless per rank:")
+        echo(report.ranks_table(result))
+    for line in [*report.summary_lines(result), *report.ranks_lines(result)]:
+        echo(line)
     if tokenizer:
-        click.echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
-    if json_path:
+        echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
+    if json_path and leader:
         write_json(json_path, document(result))
-        click.echo(f"wrote {json_path}")
+        echo(f"wrote {json_path}")
 
 
 @main.command()

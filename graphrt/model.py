@@ -251,7 +251,8 @@ class Qwen2ForCausalLM(nn.Module):
         self.rotary = RotaryTable(cfg, max_seq_len, weight.device, weight.dtype)
         register_unsaved(self, "seq_index", torch.arange(max_seq_len, device=weight.device))
         for layer in self.model.layers:
-            layer.self_attn.cache = KVCache(max_batch, cfg.num_key_value_heads, max_seq_len,
+            # the layer's own KV heads: all of them, or a tensor-parallel rank's share
+            layer.self_attn.cache = KVCache(max_batch, layer.self_attn.kv_heads, max_seq_len,
                                             cfg.head_dim, weight.dtype, weight.device)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -278,8 +279,9 @@ class Qwen2ForCausalLM(nn.Module):
         b, t = positions.shape
         seen = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
         mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, -math.inf)
-        # one row per (query, head of its group), in attend's order t*G + g
-        groups = self.config.num_query_groups
+        # one row per (query, head of its group), in attend's order t*G + g; the layers' own G
+        # (a tensor-parallel rank holding one replicated KV head has fewer query heads per group)
+        groups = self.model.layers[0].self_attn.groups
         return mask[:, None, :, None].expand(b, 1, t, groups, -1).reshape(b, 1, t * groups, -1)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:

@@ -327,9 +327,11 @@ def nvtx_range(name: str) -> contextlib.AbstractContextManager[None]:
     """`with nvtx_range("replay[bs=8]"): ...`: one NVTX range around the block.
 
     Coloured by the name's stem (`replay`); attributes are registered on a name's first use and
-    cached. With ranges switched off this returns a shared do-nothing context.
+    cached. With ranges switched off, or under torch.compile (a range inside a compiled module,
+    as a row-parallel linear's all-reduce has: see `_ranged`), this returns a shared
+    do-nothing context.
     """
-    if not _enabled:
+    if _is_compiling() or not _enabled:
         return _NO_RANGE
     rng = _ranges.get(name)
     if rng is None:

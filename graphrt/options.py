@@ -31,6 +31,9 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
         click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
                      help="Before capturing, check that the step has nothing a graph would "
                      "replay wrongly (a Python value, a host tensor, ...); a finding stops the run."),
+        click.option("--tp", type=int, default=RunSpec.tp,
+                     help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo "
+                     "on the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1]."),
     ]
 
     def decorate(command: Callable) -> Callable:

@@ -11,6 +11,7 @@ from graphrt import hardware
 from graphrt.bench.roofline import step_cost
 from graphrt.engine import Generation
 from graphrt.equivalence import compare
+from graphrt.parallel import figures
 from graphrt.runner import RunResult
 
 MIB = 1 << 20
@@ -24,7 +25,9 @@ def header(result: RunResult) -> str:
     spec, m = result.spec, result.machine
     return (f"{result.config.name} · {m['device_name']} ({result.device.type}) · "
             f"{_dtype_name(result.dtype)} · batch {spec.batch} · prompt {spec.prompt_len} · "
-            f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions")
+            f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions"
+            + (f"\nrank 0's own figures, of {result.ranks.world} tensor-parallel ranks (all ranks below)"
+               if result.ranks else ""))
 
 
 _TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "GB/s", "% peak",
@@ -37,9 +40,12 @@ def _cell(value: float | None, width: int) -> str:
     return ("-" if value is None else f"{value:.3f}").rjust(width)
 
 
-def bandwidth(result: RunResult, gen: Generation) -> tuple[float, float | None]:
+def bandwidth(result: RunResult, gen: Generation) -> tuple[float | None, float | None]:
     """Bytes a step must move (weights, the whole static KV cache, the new K/V; bench.roofline)
-    over the median step: bytes/s, and its share of the device's datasheet bandwidth where known."""
+    over the median step: bytes/s, and its share of the device's datasheet bandwidth where known.
+    None under tensor parallelism: a rank moves its share, and the roofline counts the model's."""
+    if result.ranks is not None and result.ranks.world > 1:
+        return None, None
     spec = result.spec
     cost = step_cost(result.config, spec.batch, spec.seq_len, result.dtype.itemsize)
     achieved = cost.bytes / (gen.stats.median / 1e3)
@@ -59,7 +65,8 @@ def timing_row(result: RunResult, mode: str) -> str:
     gen = result.generations[mode]
     s, prep = gen.stats, gen.prepare
     achieved, share = bandwidth(result, gen)
-    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median, achieved / 1e9,
+    values = [s.median, s.p10, s.p90, result.spec.batch * 1e3 / s.median,
+              None if achieved is None else achieved / 1e9,
               None if share is None else 100 * share, prep.seconds or None, prep.lint_seconds,
               prep.memory_bytes / MIB if prep.memory_bytes else None]
     return "  ".join([mode.ljust(_WIDTHS[0]), *(_cell(v, w) for v, w in zip(values, _WIDTHS[1:]))])
@@ -81,6 +88,32 @@ def launches_table(result: RunResult) -> str:
     if result.reference_note is not None:
         table += f"\n(no hf eager row: {result.reference_note})"
     return table
+
+
+def ranks_table(result: RunResult) -> str:
+    """A tensor-parallel run, per mode: the slowest rank's step, how far apart the ranks are,
+    the share of a step in all-reduces, and what each rank launches per step."""
+    rows = []
+    for mode, ranks in result.per_rank.items():
+        s = figures.slowest(ranks)
+        shares = [r.collective_share for r in ranks if r.collective_share is not None]
+        rows.append([mode, s.median, s.p10, s.p90, figures.spread_ms(ranks),
+                     100 * max(shares) if shares else None,
+                     " / ".join("-" if r.ops is None else str(r.ops) for r in ranks)])
+    what = "kernels" if result.device.type == "cuda" else "aten ops"
+    headers = ["mode", "step ms (slowest rank)", "p10", "p90", "rank spread ms", "all-reduce %",
+               f"{what}/step per rank"]
+    return tabulate(rows, headers=headers, floatfmt=".3f", missingval="-")
+
+
+def ranks_lines(result: RunResult) -> list[str]:
+    """Whether every rank generated the same tokens in every mode."""
+    lines = []
+    for mode, ranks in result.per_rank.items():
+        differ = [r.rank for r in ranks if r.tokens != ranks[0].tokens]
+        lines.append(f"{mode}: ranks' tokens identical" if not differ else
+                     f"{mode}: rank(s) {', '.join(map(str, differ))} generated other tokens than rank 0")
+    return lines
 
 
 def summary_lines(result: RunResult) -> list[str]:
@@ -141,8 +174,14 @@ def to_dict(result: RunResult) -> dict[str, Any]:
                 "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps}
             if mode in result.localizations:
                 modes[mode]["localization"] = result.localizations[mode].as_dict()
+    ranks = {mode: [{"rank": r.rank, "samples_ms": list(r.step_ms), "ops_per_step": r.ops,
+                     "collective_share": r.collective_share, "generated_ids": [list(t) for t in r.tokens]}
+                    for r in per_rank]
+             for mode, per_rank in result.per_rank.items()}
     return {
         "model": result.config.name,
+        "tp": result.ranks.world if result.ranks else 1,
+        "ranks": ranks,  # every rank's figures, per mode (tensor-parallel runs)
         "config": result.config.to_hf_dict(),
         "dtype": _dtype_name(result.dtype),
         "batch": spec.batch, "prompt_len": spec.prompt_len, "steps": spec.steps,

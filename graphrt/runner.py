@@ -16,6 +16,8 @@ from graphrt.errors import GraphrtError
 from graphrt.graphs.localize import Localization
 from graphrt.launches import StepLaunches
 from graphrt.locate import locate_differences
+from graphrt.parallel import figures, ranks as ranks_
+from graphrt.parallel.ranks import Ranks
 from graphrt.weights import build_model
 
 
@@ -36,6 +38,8 @@ class RunSpec:
     # token ids per row (of any lengths) instead of random ones; batch and prompt_len follow them
     prompt_ids: tuple[tuple[int, ...], ...] = ()
     lint: bool = True  # lint the step before a graph captures it (GraphBackend)
+    # tensor-parallel ranks; 0: as many as the launcher started (torchrun), else 1
+    tp: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_ids:
@@ -53,6 +57,8 @@ class RunSpec:
         if not 1 <= self.warmup < self.steps:
             raise GraphrtError(f"--warmup must be at least 1 and below --steps ({self.steps}), "
                                f"got {self.warmup}")
+        if self.tp < 0:
+            raise GraphrtError(f"--tp must be a positive integer, got {self.tp}")
         if self.max_seq_len < 0:
             raise GraphrtError(f"--max-seq-len must be positive, got {self.max_seq_len}")
         if self.max_seq_len and self.prompt_len + self.steps > self.max_seq_len:
@@ -100,17 +106,21 @@ class RunResult:
     reference_note: str | None = None
     # per graph mode whose tokens or logits differ from eager's: where its replay first differs
     localizations: dict[str, Localization] = field(default_factory=dict)
+    ranks: Ranks | None = None  # this process's place in a tensor-parallel run
+    # per mode, every rank's figures (tensor-parallel runs only)
+    per_rank: dict[str, list[figures.RankFigures]] = field(default_factory=dict)
 
 
-def load(spec: RunSpec) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
-    """The spec's model with weights, its cache sized for the largest batch the modes need."""
+def load(spec: RunSpec, ranks: Ranks | None = None
+         ) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
+    """The spec's model with weights (with `ranks`: this rank's share of them)."""
     config, checkpoint = resolve(spec.model)
     if spec.seq_len > config.max_position_embeddings:
         raise GraphrtError(f"sequence length {spec.seq_len} exceeds {config.name}'s "
                            f"max_position_embeddings {config.max_position_embeddings}")
-    device = resolve_device(spec.device)
+    device = ranks.device if ranks is not None else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
-    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed)
+    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed, ranks=ranks)
     return config, model, device, dtype
 
 
@@ -134,14 +144,51 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
     process's first profiler session links graph kernels to their launches. Last, a graph mode
     whose output differs from eager's is localized (graphrt.locate). `on_done`
     sees the result after each mode's decode, so a later failure loses nothing already measured.
+
+    Started by torch.distributed's launcher, this process is one rank of a tensor-parallel run:
+    it joins the group, decodes its share, and every rank's figures are gathered after each
+    mode (`result.per_rank`). The graphs are gone before the group is left (NCCL hangs otherwise).
     """
-    config, model, device, dtype = load(spec)
+    ranks = join_ranks(spec)
+    result = _run(spec, ranks, on_mode, on_done)
+    # The backends and their graphs went with _run's frame; a failure leaves the group to the
+    # process's exit instead, as its traceback still holds them.
+    if ranks is not None:
+        ranks_.leave()
+    return result
+
+
+def join_ranks(spec: RunSpec) -> Ranks | None:
+    """This process's ranks when the launcher started it; None for a single-process run."""
+    if not ranks_.launched():
+        return None
+    ranks = ranks_.join(resolve_device(spec.device).type)
+    if spec.tp and spec.tp != ranks.world:
+        raise GraphrtError(f"--tp {spec.tp}, but the launcher started {ranks.world} ranks")
+    return ranks
+
+
+def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int) -> list[figures.RankFigures]:
+    """This mode's figures of every rank, with one more step profiled for its collectives."""
+    tokens = gen.tokens[:, :1].to(ranks.device)
+    steps = torch.full((tokens.shape[0],), position, dtype=torch.long, device=ranks.device)
+    with torch.inference_mode():
+        share = figures.collective_share(lambda: backend.step(tokens, steps), ranks.device,
+                                          backend.countable_on_cpu)
+    mine = figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
+                               tuple(map(tuple, gen.tokens.tolist())))
+    return figures.gather(mine)
+
+
+def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | None,
+         on_done: Callable[[RunResult, str], None] | None) -> RunResult:
+    config, model, device, dtype = load(spec, ranks)
     modes = expand_modes(spec.mode)
     # made before anything runs: a backend that cannot run here (no compiler) says so now
     backends: list[Backend] = [make_backend(m, model, spec.buckets, spec.lint) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
-    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device))
+    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device), ranks=ranks)
     was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
     try:
         with nvtx.attach(model):
@@ -155,7 +202,12 @@ def run(spec: RunSpec, on_mode: Callable[[str], None] | None = None,
                 if on_done:
                     on_done(result, backend.name)
             _count(result, backends, model)
-            result.localizations = locate_differences(result, model, lengths)
+            if ranks is not None:
+                for backend in backends:
+                    result.per_rank[backend.name] = _rank_figures(
+                        backend, result.generations[backend.name], ranks, spec.prompt_len)
+            if ranks is None:  # localizing replays one rank's step: its collectives would wait alone
+                result.localizations = locate_differences(result, model, lengths)
     finally:
         nvtx.set_enabled(was_enabled)
     return result
@@ -165,7 +217,7 @@ def _count(result: RunResult, backends: list[Backend], model: torch.nn.Module) -
     """One more step of each mode, and of HF's step for scale where it can run, counted last
     and all in one profiler session (graphrt.launches.count_steps)."""
     counted = [(b, result.generations[b.name]) for b in backends]
-    reference, result.reference_note = _reference_backend(model, result.prompt)
+    reference, result.reference_note = _reference_backend(model, result.prompt, result.ranks)
     if reference is not None:
         counted.append((reference, counted[0][1]))
     launches = count_launches(counted, result.spec.prompt_len)
@@ -174,11 +226,14 @@ def _count(result: RunResult, backends: list[Backend], model: torch.nn.Module) -
         result.generations[name].launches = counts
 
 
-def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Backend | None, str | None]:
+def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor, ranks: Ranks | None
+                       ) -> tuple[Backend | None, str | None]:
     """HF transformers' eager step (the bench's peer: StaticCache, the same weights), prefilled
     with the prompt, so its next step is the one graphrt's modes counted; or why it cannot run."""
     from graphrt.bench import peer
 
+    if ranks is not None:
+        return None, "not under --tp: HF's step needs the whole model, a rank holds a share"
     if (why := peer.unavailable()) is not None:
         return None, why
     reference = peer.PeerBackend(model)

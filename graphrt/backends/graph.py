@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+import torch.distributed as dist
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
 from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture,
                             graph_kind, lint_step, new_pool)
+from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.probe import Probe, ProbeSet
 from graphrt.model import Qwen2ForCausalLM
 from graphrt.nvtx import nvtx_range
@@ -131,6 +133,12 @@ class GraphBackend(Backend):
         device = self.model.lm_head.weight.device
         lint_seconds = self._lint() if self.lint else None
         self._allocate_inputs(rows, device)
+        if dist.is_initialized():
+            # every rank must capture the same collectives; checking also lines the ranks up,
+            # with nothing of theirs in flight, before the first capture
+            with torch.inference_mode():
+                check_ranks_agree(lambda: self.model.decode_step(self.tokens[:1], self.positions[:1]),
+                                  self.model)
         pool = new_pool(device)
         start = time.perf_counter()
         with torch.inference_mode():

@@ -52,9 +52,10 @@ class PiecewiseBackend(GraphBackend):
 
     def _allocate_inputs(self, rows: int, device: torch.device) -> None:
         super()._allocate_inputs(rows, device)
-        cfg = self.model.config
-        # the attention core's output [rows, 1, H*D]: what each piece after the first reads
-        self.attended = torch.zeros(rows, 1, cfg.num_attention_heads * cfg.head_dim,
+        # the attention core's output [rows, 1, H*D] (a tensor-parallel rank's H heads): what
+        # each piece after the first reads
+        heads = self.model.model.layers[0].self_attn.o_proj.in_features
+        self.attended = torch.zeros(rows, 1, heads,
                                     dtype=self.model.lm_head.weight.dtype, device=device)
 
     def _capture_bucket(self, bs: int, pool: GraphPool) -> None:

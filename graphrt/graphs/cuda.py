@@ -48,6 +48,7 @@ def _capture(fn: Callable[[], T], side: torch.cuda.Stream, caller: torch.cuda.St
                               **annotations.graph_options()):
             with HostReadGuard(), guard, annotations.capturing():
                 out = fn()
+                guard.end_of_step()
     except RuntimeError as error:
         annotations.discard()
         # Our refusal can surface as CUDA's own error: ending an invalidated capture

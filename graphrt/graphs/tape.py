@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from graphrt import nvtx
+from graphrt.graphs import collectives
 from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, refusal,
                                   run_watching_writes)
 from graphrt.opcount import OpKind, classify, does_work, storage_key
@@ -55,6 +56,7 @@ class CaptureMode(TorchDispatchMode):
         self.entries: list[_Entry] = []
         self.created: set[int] = set()  # storages that ops allocated during the capture
         self.refused: GraphCaptureError | None = None
+        self.collectives = collectives.PendingCollectives()
 
     def _refuse(self, func: torch._ops.OpOverload, reason: str) -> GraphCaptureError:
         where = f" in {self.open_ranges[-1]}" if self.open_ranges else ""
@@ -63,15 +65,25 @@ class CaptureMode(TorchDispatchMode):
         self.refused = self.refused or error
         return error
 
+    def end_of_step(self) -> None:
+        """Called as the captured call returns: a collective it issued and did not wait for
+        is refused (it would still be in flight as the graph ends)."""
+        reason = self.collectives.unwaited_error()
+        if reason is not None:
+            self.refused = self.refused or GraphCaptureError(reason)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         reason = refusal(func, args, kwargs, self.allow_random)
         if reason is not None:
             raise self._refuse(func, reason)
         if not self.record:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            self.collectives.note(func, args, kwargs, out)
+            return out
 
         out, moved = run_watching_writes(func, args, kwargs)
+        self.collectives.note(func, args, kwargs, out)
         if moved:
             raise self._refuse(func, NEW_MEMORY)
         kind = classify(func, args, kwargs, out)
@@ -228,6 +240,8 @@ def _callable(func: torch._ops.OpOverload) -> Callable[..., Any]:
 
 def _replay_call(entry: _Entry) -> Callable[[], Any]:
     args, kwargs, out, out_kwargs = _pin((entry.args, entry.kwargs, entry.out, entry.out_kwargs), entry.layouts)
+    if collectives.is_collective(entry.func):
+        return collectives.replay_call(_callable(entry.func), args, kwargs, out)
     if entry.kind is OpKind.MUTATE and not any(r.alias_info is None for r in entry.func._schema.returns):
         # its results (if any) are the arguments it wrote: re-running it is all
         return functools.partial(_callable(entry.func), *args, **kwargs)
@@ -256,6 +270,7 @@ def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tupl
         mode = CaptureMode(record=True, open_ranges=stack)
         with HostReadGuard(), mode:
             out = fn()
+            mode.end_of_step()
     if mode.refused is not None:
         raise mode.refused
     calls = [_replay_call(e) for e in mode.entries]

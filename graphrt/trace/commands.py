@@ -13,6 +13,9 @@ from tabulate import tabulate
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.options import decode_options
+from graphrt.parallel import launch, ranks
+from graphrt.trace.rank_session import make_rank_traces
+from graphrt import runner
 from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare_steps
@@ -37,6 +40,10 @@ def _trace_files(paths: tuple[str, ...]) -> list[Path]:
             continue
         found = sorted(path.glob("*.sqlite")) or sorted(
             p for p in path.glob("*.json") if p.name != "summary.json")
+        if not found and (ranks_made := sorted(p.name for p in path.glob("rank*") if p.is_dir())):
+            raise GraphrtError(f"{path}: one trace directory per rank ({', '.join(ranks_made)}), as "
+                               f"graphrt trace --tp writes; analyse a rank's: graphrt analyze "
+                               f"{path / ranks_made[0]}")
         if not found:
             raise GraphrtError(f"{path}: a directory with no trace in it (expected *.sqlite or "
                                "Chrome-trace *.json, as graphrt trace writes)")
@@ -208,8 +215,14 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     """Record the decode steps after warmup under Nsight Systems or torch.profiler into a new
     directory traces/<time>-<model>-<mode>/: the report and its SQLite export, or a Chrome-trace
     JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
-    side by side."""
+    side by side. With --tp N, each rank records its own steps (torch.profiler) into rank<r>/
+    of one directory."""
+    if launch.relaunched(options):
+        return
     spec = RunSpec(**options)
+    if ranks.launched():
+        _trace_ranks(spec, profiler, Path(out), overhead)
+        return
     made = make_traces(spec, profiler, Path(out), overhead_steps=overhead, timeout_s=timeout,
                        say=lambda line: click.echo(line, err=True))
     if made.path != made.wanted:
@@ -224,3 +237,19 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
             click.echo()
             click.echo(format_comparison(comparison))
         click.echo(f"\nevery figure: graphrt analyze {made.path}")
+
+
+def _trace_ranks(spec: RunSpec, profiler: str, out: Path, overhead: int) -> None:
+    """One rank of `graphrt trace --tp N`: its traces in rank<r>/ of one directory; rank 0 says
+    where."""
+    if profiler == "nsys" or overhead:
+        raise GraphrtError("--tp traces each rank with torch.profiler: give --profiler torch "
+                           "(or auto), and no --overhead")
+    me = runner.join_ranks(spec)
+    made = make_rank_traces(spec, me, out, say=lambda line: click.echo(line, err=True) if me.leader else None)
+    ranks.leave()
+    if made is not None:
+        click.echo(f"wrote {made.path.parent}/, one trace directory per rank (rank0/ ... "
+                   f"rank{me.world - 1}/); rank 0's:")
+        click.echo(_listing(made))
+        click.echo(f"\nevery figure of a rank: graphrt analyze {made.path}")

@@ -223,6 +223,28 @@ def _record_with_torch(spec: RunSpec, device: torch.device, scratch: Path, timeo
     return recorded, files, profiler
 
 
+def trace_name(started: time.struct_time, config: ModelConfig, spec: RunSpec) -> str:
+    """`20250101-120000-qwen2-0.5b-both`: the directory a recording is published under."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', started)}-{_slug(config.name)}-{spec.mode}"
+
+
+def write_summary(directory: Path, started: time.struct_time, config: ModelConfig, spec: RunSpec,
+                  device: torch.device, made: Recorded, **more: Any) -> dict[str, Any]:
+    """summary.json beside the traces: what was recorded, how, where; returns what it holds."""
+    recorded, files, facts = made
+    summary = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", started),
+        "model": config.name,
+        "spec": _spec_dict(spec),
+        "profiler": facts,
+        "machine": hardware.describe(device),
+        "modes": {r.mode: {**asdict(r), "files": files[r.mode]} for r in recorded},
+        **more,
+    }
+    write_json(directory / "summary.json", summary)
+    return summary
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -257,7 +279,7 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
     config, _ = resolve(spec.model)
     device = runner.resolve_device(spec.device)
     started = time.localtime()
-    name = f"{time.strftime('%Y%m%d-%H%M%S', started)}-{_slug(config.name)}-{spec.mode}"
+    name = trace_name(started, config, spec)
     with _terminate_as_exit():
         scratch = _scratch_dir(out, name)
         try:
@@ -269,16 +291,8 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
             # the recording processes load their own models
             record = _record_with_torch if chosen == "torch" else _record_with_nsys
             recorded, files, facts = record(spec, device, scratch, timeout_s, say)
-            summary = {
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", started),
-                "model": config.name,
-                "spec": _spec_dict(spec),
-                "profiler": facts,
-                "machine": hardware.describe(device),
-                "modes": {r.mode: {**asdict(r), "files": files[r.mode]} for r in recorded},
-                "nvtx_overhead": overhead.to_dict() if overhead else None,
-            }
-            write_json(scratch / "summary.json", summary)
+            summary = write_summary(scratch, started, config, spec, device, (recorded, files, facts),
+                                    nvtx_overhead=overhead.to_dict() if overhead else None)
             wanted = out / name
             path = publish(scratch, wanted)
         except BaseException:

@@ -1,0 +1,104 @@
+"""What each rank of a tensor-parallel run measured, brought together on every rank.
+
+A tensor-parallel step is as slow as its slowest rank: every all-reduce waits for the last one
+to arrive. So the step time reported is, step by step, the slowest rank's; the spread between
+ranks and the share of the step spent in collectives say where that time went.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.autograd import DeviceType
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graphrt.graphs.collectives import NAMESPACE
+from graphrt.timing import Stats
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's figures for one mode."""
+
+    rank: int
+    step_ms: tuple[float, ...]  # the timed steps, in order
+    ops: int | None  # launches per step: kernels on CUDA, aten ops on the CPU
+    collective_share: float | None  # of one profiled step's time, in collectives (0..1)
+    tokens: tuple[tuple[int, ...], ...]  # what it generated [B][1 + steps]
+
+    @property
+    def stats(self) -> Stats:
+        return Stats.of(list(self.step_ms))
+
+
+def gather(mine: RankFigures) -> list[RankFigures]:
+    """Every rank's figures, by rank (a collective: every rank calls it, outside any step)."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def slowest(ranks: list[RankFigures]) -> Stats:
+    """Statistics of the slowest rank's time at each step."""
+    return Stats.of([max(steps) for steps in zip(*(r.step_ms for r in ranks))])
+
+
+def spread_ms(ranks: list[RankFigures]) -> float:
+    """How far apart the ranks' median steps are: the slowest median minus the fastest."""
+    medians = [r.stats.median for r in ranks]
+    return max(medians) - min(medians)
+
+
+class _CollectiveClock(TorchDispatchMode):
+    """Runs every op unchanged and adds up the wall time of the functional collectives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace != NAMESPACE:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_cpu: bool = True) -> float | None:
+    """The share of one call of `fn` spent in collectives; None where it cannot be told. Time a
+    rank waits in a collective for a slower rank counts as the collective's (an NCCL kernel, too,
+    runs until every rank has arrived): on a busy machine the share says more about skew than
+    about bandwidth.
+
+    On CUDA, from torch.profiler: the GPU time of NCCL kernels over all kernel time. On the CPU,
+    where ops run as they are issued, the wall time in functional collectives (issuing them and
+    waiting for them) over the whole call, under a dispatch mode: its small cost per op falls on
+    the whole call only, so the share is, if anything, understated. Compiled code refuses the
+    mode (`countable_on_cpu` False).
+    """
+    if device.type == "cuda":  # pragma: no mutate (CUDA only)
+        return _cuda_share(fn, device)  # pragma: no mutate (CUDA only)
+    if not countable_on_cpu:
+        return None
+    clock = _CollectiveClock()
+    start = time.perf_counter()
+    with clock:
+        fn()
+    return clock.seconds / (time.perf_counter() - start)
+
+
+def _cuda_share(fn: Callable[[], Any], device: torch.device) -> float | None:  # pragma: no mutate block (CUDA only)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        fn()
+        torch.cuda.synchronize(device)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False)]
+    total = sum(e.device_time for e in kernels)
+    part = sum(e.device_time for e in kernels if "nccl" in e.name.lower())
+    return part / total if total else None

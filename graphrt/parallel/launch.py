@@ -1,0 +1,66 @@
+"""Start N ranks through torch.distributed's elastic launcher (what `torchrun` runs).
+
+`graphrt run --tp N` (and `graphrt trace --tp N`) re-runs its own command line as N worker
+processes under the launcher's agent, which sets each one's RANK, WORLD_SIZE and LOCAL_RANK and a
+rendezvous on this machine, watches them, and stops every rank as soon as one fails: a rank that
+dies never leaves the others waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from typing import Any, Callable
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from graphrt.config import resolve
+from graphrt.errors import GraphrtError
+from graphrt.parallel.linear import split
+from graphrt.parallel.ranks import launched
+
+
+def _config(ranks: int) -> LaunchConfig:
+    return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
+                        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                        monitor_interval=0.1)
+
+
+def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) -> dict[int, Any]:
+    """Run `entrypoint(*args)` (a function, or an executable given by path) on `ranks` processes;
+    the value each rank returned, by rank (None for an executable). A rank that fails stops all
+    of them and raises GraphrtError naming it; its own error line is on its stderr already."""
+    quiet = logging.getLogger("torch.distributed.elastic")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the agent's own account of a failure is a page long
+    try:
+        return elastic_launch(_config(ranks), entrypoint)(*args)
+    except ChildFailedError as e:
+        rank, failure = e.get_first_failure()
+        raise GraphrtError(f"rank {rank} of {ranks} failed (exit code {failure.exitcode}); "
+                           f"every rank was stopped") from None
+    finally:
+        quiet.setLevel(level)
+
+
+def launch_command(argv: list[str], ranks: int) -> None:
+    """`python -m graphrt <argv>` on `ranks` processes (each joins the group as it starts)."""
+    launch(sys.executable, ["-m", "graphrt", *argv], ranks)
+
+
+def relaunched(options: dict[str, Any]) -> bool:
+    """For a command given `--tp N` (N > 1) that the launcher did not start: run this command
+    line again on N ranks under the launcher, and say so (the command's work is done). What
+    every rank would refuse alike is refused here first, in one line."""
+    tp = options["tp"]
+    if tp <= 1 or launched():
+        return False
+    split(resolve(options["model"])[0], 0, tp)
+    cuda = options["device"] == "cuda" or (options["device"] == "auto" and torch.cuda.is_available())
+    if cuda and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
+        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
+    launch_command(sys.argv[1:], tp)  # the arguments this process was started with
+    return True

@@ -1,0 +1,76 @@
+"""This process's place among the ranks of a tensor-parallel run, on torch.distributed.
+
+Every rank is started by torch.distributed's launcher (`torchrun`, or `graphrt run --tp N`
+through the same elastic agent), which sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous
+address in the environment. gloo carries the collectives on the CPU, NCCL on CUDA with one GPU
+per rank.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from graphrt.errors import GraphrtError
+
+# How long a collective may wait for the other ranks before it fails instead of hanging (a rank
+# that died is normally noticed sooner, by the launcher, which then stops every rank).
+COLLECTIVE_TIMEOUT = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands: rank `rank` of `world`, its device, its process group's name."""
+
+    rank: int
+    world: int
+    device: torch.device
+    group: str  # the name functional collectives take (`dist.group.WORLD.group_name`)
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+
+def launched() -> bool:
+    """Whether this process was started by torch.distributed's launcher."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def launched_rank() -> int:
+    """This process's rank as the launcher numbered it; 0 in a single-process run."""
+    return int(os.environ.get("RANK", 0))
+
+
+def backend_for(device_type: str) -> str:
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def join(device_type: str) -> Ranks:
+    """Join the process group the launcher set up: NCCL and GPU `LOCAL_RANK` on CUDA, gloo on CPU."""
+    world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device(device_type)
+    if device_type == "cuda":  # pragma: no mutate block (CUDA only)
+        if torch.cuda.device_count() <= local:
+            raise GraphrtError(f"--tp {world}: one GPU per rank, and this machine has "
+                               f"{torch.cuda.device_count()}")
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend_for(device_type), timeout=COLLECTIVE_TIMEOUT,
+                                device_id=device if device_type == "cuda" else None)
+    return Ranks(dist.get_rank(), dist.get_world_size(), device, dist.group.WORLD.group_name)
+
+
+def leave() -> None:
+    """Leave the process group. Graphs that use the communicator must be gone first: NCCL 2.26+
+    hangs in `destroy_process_group` while a CUDA graph holding its kernels is alive, so the
+    caller drops every reference to its graphs before, and what is left is collected here."""
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()

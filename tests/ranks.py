@@ -1,0 +1,110 @@
+"""Steps run on every rank of a 2-process gloo group by the parallel tests (each a function the
+launcher can start: it joins the group, runs, leaves, and returns what the test asserts on)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from graphrt.graphs import GraphCaptureError, capture
+from graphrt.graphs.agree import check_ranks_agree
+from graphrt.opcount import op_names
+from graphrt.parallel import ranks as ranks_
+
+
+def _all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
+    return torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_reduce(x, "sum", group))
+
+
+def tape_of_all_reduce() -> dict:
+    """A step that all-reduces its input: the ops it dispatches, its tape, and a replay after
+    the input changed."""
+    me = ranks_.join("cpu")
+    x = torch.full((4,), float(me.rank + 1))
+
+    def step() -> torch.Tensor:
+        return _all_reduce(x * 2, me.group) + 1
+
+    dispatched = op_names(step)
+    graph, out = capture(step, device="cpu")
+    x.fill_(10.0 * (me.rank + 1))
+    graph.replay()
+    replayed = out.clone()
+    eager = step()
+    ranks_.leave()
+    return {"dispatched": dispatched, "tape": list(graph.op_names), "replayed": replayed, "eager": eager}
+
+
+REFUSAL_CASES = ("rank 0 only", "order", "shape", "unwaited")
+
+
+def refusals() -> dict[str, list[str]]:
+    """Per faulty step of `REFUSAL_CASES`, what check_ranks_agree (and, for "unwaited", a tape
+    capture too) says of it."""
+    me = ranks_.join("cpu")
+    said = {case: _refusal(case, me) for case in REFUSAL_CASES}
+    ranks_.leave()
+    return said
+
+
+def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
+    x = torch.ones(2, 3)
+    ops = torch.ops._c10d_functional
+
+    def step() -> torch.Tensor:
+        if case == "rank 0 only":
+            return _all_reduce(x, me.group) if me.rank == 0 else x * 2
+        if case == "order":
+            a, b = (x, x.sum(0)) if me.rank == 0 else (x.sum(0), x)
+            return _all_reduce(a, me.group).sum() + _all_reduce(b, me.group).sum()
+        if case == "shape":
+            return _all_reduce(x[: me.rank + 1], me.group)
+        if case == "unwaited":
+            return ops.all_reduce(x, "sum", me.group)
+        return _all_reduce(x, me.group)
+
+    said = []
+    try:
+        check_ranks_agree(step)
+    except GraphCaptureError as e:
+        said.append(str(e))
+    if case == "unwaited":
+        try:
+            capture(step, device="cpu", warmup=0)
+        except GraphCaptureError as e:
+            said.append(str(e))
+        dist.barrier()
+    return said
+
+
+def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, dict]:
+    """Per model (a preset or a HF directory): decode `prompt` greedily on this rank's share of
+    it through eager, piecewise and graph; per mode the tokens and kept logits, the graph's tape
+    with each op's ranges, and the rank's parameters."""
+    me = ranks_.join("cpu")
+    out = {model: _tp_decode(model, me, prompt, steps) for model in models}
+    ranks_.leave()
+    return out
+
+
+def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
+    from graphrt.backends.factory import make_backend
+    from graphrt.config import resolve
+    from graphrt.engine import decode
+    from graphrt.weights import build_model
+
+    config, checkpoint = resolve(model)
+    net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)
+    net.setup_cache(prompt.shape[0], prompt.shape[1] + steps)
+    out = {"parameters": {name: p.clone() for name, p in net.state_dict().items()}}
+    for mode in ("eager", "piecewise", "graph"):
+        backend = make_backend(mode, net)
+        backend.prepare(prompt.shape[0])
+        gen = decode(backend, prompt, steps)
+        out[mode] = {"tokens": gen.tokens, "logits": torch.stack(gen.logits)}
+        if mode == "graph":
+            tape = backend.graphs[backend.buckets[0]][0]
+            out["tape"] = list(tape.op_names)
+            out["tape_ranges"] = list(tape.op_ranges)
+        del backend  # graphs go before the process group does
+    return out

@@ -1,0 +1,144 @@
+"""`graphrt run --tp 2`: two ranks started through torch.distributed's launcher, one table from
+rank 0, every rank's figures in the JSON; a rank that dies stops every rank, in bounded time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphrt.runner import RunSpec, run
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND_S = 90  # no run here takes half of it; a hang would take the collectives' 60 s timeout and more
+
+
+def graphrt(*args: str, launcher: tuple[str, ...] = (), gpus: str = "") -> subprocess.Popen:
+    """`python [launcher] -m graphrt ARGS`, seeing the GPUs `gpus` (none by default)."""
+    # this checkout first, then whatever the caller's path holds (the device check's wheels)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": gpus}
+    return subprocess.Popen([sys.executable, *launcher, "-m", "graphrt", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_path):
+    out = tmp_path / "run.json"
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager,graph", "--steps", "6",
+                   "--batch", "2", "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 0, stderr
+    assert stdout.count("2 ranks, each figure the slowest rank's") == 1  # rank 0 alone speaks
+    assert "all-reduce %" in stdout and "eager: ranks' tokens identical" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["tp"] == 2
+    # a rank moves its share of the weights: no bandwidth from the whole model's bytes
+    assert doc["modes"]["eager"]["achieved_bandwidth"] is None
+    single = run(RunSpec(model="tiny", mode="eager", steps=6, batch=2))
+    for mode in ("eager", "graph"):
+        figures = doc["ranks"][mode]
+        assert [f["rank"] for f in figures] == [0, 1]
+        for f in figures:
+            assert len(f["samples_ms"]) == 6 - doc["warmup"] and f["ops_per_step"] > 0
+            assert 0 < f["collective_share"] < 1
+            assert f["generated_ids"] == single.generations["eager"].tokens.tolist()
+
+
+def _rank_process(launcher: int, rank: int) -> int | None:
+    """The pid of the launcher's worker whose RANK is `rank`, once it exists."""
+    children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
+    for pid in children:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def test_a_rank_that_dies_stops_every_rank_with_one_line_and_no_hang():
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager", "--steps", "4000")
+    start = time.monotonic()
+    while (victim := _rank_process(proc.pid, 1)) is None:
+        assert time.monotonic() - start < BOUND_S and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # let it join the group and start decoding
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=BOUND_S)
+    assert time.monotonic() - start < BOUND_S
+    assert proc.returncode == 1
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: rank 1 of 2 failed (exit code {-signal.SIGKILL}); every rank was stopped")
+    assert "Traceback" not in stderr
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_rank_starts(cli):
+    result = cli("run", "--model", "tiny", "--tp", "3")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("error: --tp 3 does not divide tiny's 4 query heads, 2 KV heads "
+                                     "and 128 intermediate features (the KV heads must divide by "
+                                     "--tp, or --tp by them)")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly(tmp_path):
+    out = tmp_path / "run.json"
+    proc = graphrt("run", "--model", "tiny", "--device", "cuda", "--tp", "1", "--mode", "eager,graph",
+                   "--steps", "6", "--json", str(out),
+                   launcher=("-m", "torch.distributed.run", "--nproc-per-node", "1"),
+                   gpus=os.environ.get("CUDA_VISIBLE_DEVICES", "0"))  # pragma: no mutate
+    stdout, stderr = proc.communicate(timeout=BOUND_S)  # NCCL would hang in teardown with live graphs
+    assert proc.returncode == 0, stderr
+    assert "graph vs eager: tokens identical" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["tp"] == 1 and doc["ranks"]["graph"][0]["collective_share"] > 0  # NCCL kernels ran
+
+
+def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_trace(tmp_path, cli):
+    proc = graphrt("trace", "--model", "tiny", "--tp", "2", "--profiler", "torch", "--steps", "5",
+                   "--out", str(tmp_path))
+    _, stderr = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 0, stderr
+    (made,) = tmp_path.iterdir()
+    assert made.name.endswith("-tiny-both-tp2") and sorted(p.name for p in made.iterdir()) == ["rank0", "rank1"]
+    for rank in (0, 1):
+        directory = made / f"rank{rank}"
+        assert json.loads((directory / "summary.json").read_text())["rank"] == rank
+        for mode in ("eager", "graph"):
+            out = tmp_path / f"{rank}-{mode}.json"
+            assert cli("analyze", directory / f"{mode}.json", "--json", out).exit_code == 0
+            analysed = json.loads(out.read_text())["traces"][0]
+            by_name = {r["key"]: r for r in analysed["by_name"]}
+            raw = json.loads((directory / f"{mode}.json").read_text())["traceEvents"]
+            (steps,) = [group["steps"] for group in analysed["step_groups"]]
+            # eager steps open graphrt's all_reduce ranges; a graph's fired at its capture, and
+            # its replay shows gloo's own range around each collective. Either way, recomputed
+            # from the raw trace: 2 per layer (tiny has 2) in every recorded step.
+            name = "all_reduce[group=0]" if mode == "eager" else "gloo:all_reduce"
+            ranges = [e for e in raw if e.get("name") == name]
+            assert len(ranges) == 4 * steps == by_name[name]["count"]
+            assert by_name[name]["total_ns"] == pytest.approx(sum(e["dur"] for e in ranges) * 1e3)
+    result = cli("analyze", made)
+    assert result.exit_code == 1 and "one trace directory per rank (rank0, rank1)" in result.stderr
+
+
+@pytest.mark.compiles
+def test_tp_2_compiles_the_step_with_its_all_reduces_and_generates_eagers_tokens(tmp_path):
+    out = tmp_path / "run.json"
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager,compile", "--steps", "6",
+                   "--json", str(out))
+    _, stderr = proc.communicate(timeout=3 * BOUND_S)  # a compile per rank
+    assert proc.returncode == 0, stderr
+    doc = json.loads(out.read_text())
+    assert doc["modes"]["compile"]["equivalence"]["identical"]
+    for rank in doc["ranks"]["compile"]:
+        assert rank["generated_ids"] == doc["modes"]["eager"]["generated_ids"]
