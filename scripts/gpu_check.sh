@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The one prepared check for a CUDA machine (an H100/H200 with no network), within a 240 s budget:
-#   prerequisites · graphrt info · the CUDA tests · qwen2-0.5b bf16 eager, piecewise and full graphs
-#   at batch 1 and 8
-#   · a batch sweep 1..64 with its PNG · compile (reduce-overhead) at batch 1 · a torch.profiler
-#   trace of eager and graph with NVTX on vs off, per-module attribution of the replay and a picture
-#   of one step · what a replay launches besides its graph and
-#   what a profiler session costs later steps · one summary table and gpu-summary.json.
-# Each step has its own time limit (cut to what is left of GPU_CHECK_BUDGET, default 240 s) and
-# writes its results the moment it ends, into at most 8 files under $RESULTS (default
-# results/gpu-check); a failing step is reported and the next one runs.
+# The one prepared check for a CUDA machine (an H100/H200 with no network), within 330 s of wall
+# time: a device session has 15 minutes in all, its start and a second try included.
+#
+# Steps run in the order of PLAN below, cheapest and most telling first, each under its own
+# limit (cut to what is left of GPU_CHECK_BUDGET, default 330 s). A step that runs out of time is
+# interrupted (SIGINT, then killed 10 s later) and keeps what it measured: a run writes its JSON
+# mode by mode, a cut sweep keeps its points and draws its PNG from them. A failing step is
+# reported and the next one runs. Whatever happens, the check ends by writing the summary.
+#
+# Into $RESULTS (default results/gpu-check), at most 8 files of at most 16 MiB each (what a device
+# run can bring back):
+#   gpu-check.log      everything printed
+#   gpu-summary.json   every figure of every step, read back from the steps' own files
+#   raw.tar.gz         those files: runs, sweep, probe, localizer, tensor-parallel run, analysis
+#   steps.png          the trace's eager step above its replay; sweep.png the batch sweep
+#   traces.tar.gz      the raw torch.profiler traces, only when they fit
 #
 #   scripts/gpu_check.sh              on the device machine (python3 with a CUDA torch)
 #   scripts/gpu_check.sh --rehearse   every step on this CPU (tiny model, few steps), in a fresh
@@ -23,20 +29,52 @@ rehearse=0
 [ "${1:-}" = "--rehearse" ] && rehearse=1
 results=${RESULTS:-results/gpu-check}
 mkdir -p "$results"
+BUDGET=330       # seconds of wall time for the whole check on the GPU
+MAX_FILE=$((16 << 20))
+
+# -- the plan: each step's limit in seconds on an H200, and why that many -----------------------
+# The limits add up to at most BUDGET - 15: the prerequisites (an import of torch, ~5 s) and the
+# summary (~5 s) run outside them. The rehearsal checks the sum before it runs anything.
+declare -A limit
+PLAN=(info run-b1 run-qwen3-b1 compile-b1 cuda-tests probe trace-eager trace-graph analyze
+      localize tp1 sweep)
+limit[info]=10          # import torch, CUDA init, device facts: ~5 s cold
+limit[run-b1]=35        # qwen2-0.5b bf16: random weights on the GPU (~3 s), 64 eager steps,
+                        # 25 piecewise graphs + 1 full graph captured, lint, HF's step counted:
+                        # the first GPU figures, eager against graph (~20 s)
+limit[run-qwen3-b1]=25  # qwen3-0.6b eager and graph: the lean step on the second family (~15 s)
+limit[compile-b1]=70    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
+limit[cuda-tests]=45    # pytest -m cuda: ~20 small tests, one torchrun NCCL rank (~30 s)
+limit[probe]=15         # 4 rounds of 60 eager/graph steps, 2 profiled sessions of 10 replays (~8 s)
+limit[trace-eager]=20   # its own process: load, 4 + 12 profiled steps, 40+40 NVTX on/off (~12 s)
+limit[trace-graph]=15   # its own process, so its replays are profiled in a first session (~10 s)
+limit[analyze]=10       # both traces read once: ~40 k events (~5 s)
+limit[localize]=15      # one probed capture, 3 replays against eager, twice (~8 s)
+limit[tp1]=25           # torch.distributed.run, one NCCL rank: capture with a collective, teardown
+limit[sweep]=20         # eager vs graph at batch 1..64; a cut sweep keeps its points (~15 s)
+
+planned=0
+for name in "${PLAN[@]}"; do planned=$((planned + limit[$name])); done
 
 main() {
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+raw="$work/raw"
+mkdir -p "$raw"
 if [ $rehearse = 1 ]; then
   device=cpu model=tiny dtype=float32 steps=8 prompt=16 sweep_args="--max-points 2 --steps 2 --warmup 1 --repeats 1"
-  probe_steps=20 overhead=40 budget=900 slower=3  # a 2-core CPU takes longer over the real sweep
+  probe_steps=10 overhead=20 budget=900 slower=3  # a 2-core CPU takes longer over the real sweep
   py=$(scripts/rehearsal_venv.sh) || { echo "gpu_check: FAILED to build the rehearsal virtualenv"; exit 1; }
 else
   device=cuda model=qwen2-0.5b dtype=bfloat16 steps=64 prompt=128 sweep_args=""
-  probe_steps=200 overhead=200 budget=${GPU_CHECK_BUDGET:-240} slower=1
+  probe_steps=60 overhead=40 budget=${GPU_CHECK_BUDGET:-$BUDGET} slower=1
   py=${PYTHON:-python3}
 fi
 echo "== gpu_check $([ $rehearse = 1 ] && echo "rehearsal on the CPU" || echo "on $device") · $(date -u +%FT%TZ)"
+echo "== plan: $(for n in "${PLAN[@]}"; do printf '%s %ss · ' "$n" "${limit[$n]}"; done)${planned}s of ${BUDGET}s"
+if [ "$planned" -gt $((BUDGET - 15)) ]; then
+  echo "gpu_check: FAILED: the steps' limits add up to ${planned}s, over the $((BUDGET - 15))s they may take"
+  exit 1
+fi
 
 # -- packages the image lacks, from .whl/ ---------------------------------------------------------
 site="$work/site"
@@ -54,13 +92,14 @@ export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PY
 
 status=0
 declare -A outcome
-order=()
-step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own limit, within the budget
-  local name=$1 limit=$(($2 * slower)) have=$3 left=$((budget - SECONDS))
-  shift 3
-  order+=("$name")
-  [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -lt 10 ]; then
+# whatever stops the check from here on, it ends with the summary and the files to bring back
+trap 'finish' EXIT
+step() {  # step NAME HAVE COMMAND...: run COMMAND under NAME's planned limit, within the budget
+  local name=$1 have=$2 left=$((budget - SECONDS)) run_limit
+  run_limit=$((limit[$name] * slower))
+  shift 2
+  [ "$left" -lt "$run_limit" ] && run_limit=$left
+  if [ "$run_limit" -lt 5 ]; then
     echo "== $name: skipped (the check's ${budget}s budget is spent)"; outcome[$name]="skipped: no time"
     status=1; return
   fi
@@ -69,49 +108,74 @@ step() {  # step NAME SECONDS HAVE COMMAND...: run COMMAND under its own limit, 
     [ $rehearse = 1 ] && status=1  # the rehearsal has every prerequisite, or the bundle lacks one
     return
   fi
-  echo "== $name (limit ${limit}s)"
+  echo "== $name (limit ${run_limit}s)"
   local start=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" || rc=$?
+  timeout --signal=INT --kill-after=10 "$run_limit" "$@" || rc=$?
   if [ $rc = 0 ]; then outcome[$name]="ok $((SECONDS - start))s"
-  elif [ $rc = 124 ] || [ $rc = 137 ]; then outcome[$name]="TIMEOUT ${limit}s"; status=1
-  else outcome[$name]="FAILED rc=$rc"; status=1
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then outcome[$name]="TIMEOUT ${run_limit}s"; status=1
+  else outcome[$name]="FAILED rc=$rc $((SECONDS - start))s"; status=1
   fi
   echo "== $name: ${outcome[$name]}"
 }
+finish() {
+  trap - EXIT
+  for name in "${PLAN[@]}"; do echo "$name=${limit[$name]}|${outcome[$name]:-not run}"; done >"$work/outcomes.txt"
+  cp "$work"/sweep/*.json "$raw/sweep.json" 2>/dev/null
+  [ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
+  "$py" scripts/gpu_summary.py "$results" "$work" || status=1
+  tar -czf "$results/raw.tar.gz" -C "$raw" .
+  if [ -d "$work/traces" ]; then
+    tar -czf "$work/traces.tar.gz" -C "$work/traces" .
+    local size
+    size=$(stat -c %s "$work/traces.tar.gz")
+    if [ "$size" -le $MAX_FILE ]; then mv "$work/traces.tar.gz" "$results/"
+    else echo "== traces.tar.gz left out: $((size >> 20)) MiB, over the 16 MiB a result file may be"
+    fi
+  fi
+  local files
+  files=$(find "$results" -maxdepth 1 -type f | wc -l)
+  if [ "$files" -gt 8 ] || find "$results" -maxdepth 1 -type f -size +16M | grep -q .; then
+    echo "== results: $files files, some over 8 files or 16 MiB: not all can come back"; status=1
+  fi
+  echo "== results: $(cd "$results" && ls -s --block-size=K | tail -n +2 | tr -s ' \n' ' ')"
+  echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED) in ${SECONDS}s"
+  rm -rf "$work"
+  exit $status
+}
 graphrt=("$py" -m graphrt)
-common=(--model "$model" --device "$device" --dtype "$dtype" --prompt-len "$prompt" --steps "$steps")
+common=(--device "$device" --dtype "$dtype" --prompt-len "$prompt" --steps "$steps")
+second_model=$([ $rehearse = 1 ] && echo tiny || echo qwen3-0.6b)  # the rehearsal's CPU keeps to tiny
 
-# most telling first: if the budget runs out, what is left undone matters least
-step info 20 "$have_graphrt" "${graphrt[@]}" info
-step cuda-tests 120 "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
-  --junitxml="$work/cuda-tests.xml" tests
-for batch in 1 8; do
-  step "run-b$batch" 75 "$have_graphrt" "${graphrt[@]}" run "${common[@]}" --batch "$batch" \
-    --mode eager,piecewise,graph --json "$results/run-b$batch.json"
-done
-step trace 45 "$have_graphrt" "${graphrt[@]}" trace "${common[@]}" --batch 1 --mode both \
-  --profiler torch --overhead "$overhead" --no-lint --out "$work/traces"  # the runs lint
-trace_dir=$(ls -d "$work"/traces/*/ 2>/dev/null | head -n 1)
-if [ -n "$trace_dir" ]; then
+step info "$have_graphrt" "${graphrt[@]}" info
+step run-b1 "$have_graphrt" "${graphrt[@]}" run --model "$model" "${common[@]}" --batch 1 \
+  --mode eager,piecewise,graph --json "$raw/run-b1.json"
+step run-qwen3-b1 "$have_graphrt" "${graphrt[@]}" run --model "$second_model" "${common[@]}" --batch 1 \
+  --mode eager,graph --json "$raw/run-qwen3-b1.json"
+step compile-b1 "$have_compile" "${graphrt[@]}" run --model "$model" "${common[@]}" --batch 1 \
+  --mode compile --json "$raw/compile-b1.json"
+step cuda-tests "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
+  --junitxml="$raw/cuda-tests.xml" tests
+step probe "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
+  --dtype "$dtype" --steps "$probe_steps" --out "$raw/probe.json"
+# one mode per process: each records its steps in that process's first profiler session
+trace=("${graphrt[@]}" trace --model "$model" "${common[@]}" --steps 16 --warmup 4 --batch 1
+       --profiler torch --no-lint --out "$work/traces")  # the runs above lint
+step trace-eager "$have_graphrt" "${trace[@]}" --mode eager --overhead "$overhead"
+step trace-graph "$have_graphrt" "${trace[@]}" --mode graph
+mapfile -t traced < <(ls -d "$work"/traces/*/ 2>/dev/null)
+if [ ${#traced[@]} -gt 0 ]; then
   plot=()
-  [ "$have_plot" = 1 ] && plot=(--plot "$trace_dir/steps.png")
-  step analyze 20 "$have_graphrt" "${graphrt[@]}" analyze "$trace_dir" --json "$trace_dir/analysis.json" "${plot[@]}"
-  tar -czf "$results/traces.tar.gz" -C "$work/traces" .
+  [ "$have_plot" = 1 ] && plot=(--plot "$results/steps.png")
+  step analyze "$have_graphrt" "${graphrt[@]}" analyze "${traced[@]}" --json "$raw/analysis.json" "${plot[@]}"
+  for dir in "${traced[@]}"; do cp "$dir/summary.json" "$raw/trace-$(basename "$dir").json" 2>/dev/null; done
 fi
-step probe 45 "$have_graphrt" "$py" scripts/gpu_probe.py --model "$model" --device "$device" \
-  --dtype "$dtype" --steps "$probe_steps" --out "$work/probe.json"
+step localize "$have_graphrt" "$py" scripts/gpu_localize.py --model "$model" --device "$device" \
+  --dtype "$dtype" --out "$raw/localize.json"
+step tp1 "$have_graphrt" "$py" -m torch.distributed.run --nproc-per-node 1 -m graphrt run \
+  --model "$model" "${common[@]}" --batch 1 --tp 1 --mode eager,graph --json "$raw/tp1.json"
+echo "== tp: more than one rank needs one GPU per rank; this machine has one"
 # shellcheck disable=SC2086
-step sweep 60 "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
-cp "$work"/sweep/*.json "$results/sweep.json" 2>/dev/null
-[ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
-step compile-b1 90 "$have_compile" "${graphrt[@]}" run "${common[@]}" --batch 1 --mode compile \
-  --json "$results/compile-b1.json"
-
-# -- one table and gpu-summary.json ---------------------------------------------------------------
-for name in "${order[@]}"; do echo "$name=${outcome[$name]}"; done >"$work/outcomes.txt"
-"$py" scripts/gpu_summary.py "$results" "$work" || status=1
-echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED)"
-return $status
+step sweep "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
 }
 
 main 2>&1 | tee "$results/gpu-check.log"

@@ -1,11 +1,18 @@
-"""Two facts the device check measures that no graphrt command reports, into one JSON file.
+"""Three facts the device check measures that no graphrt command reports, into one JSON file.
 
 - What a replay launches besides its graph. `CUDAGraph.replay()` can launch kernels of its own
   before the `cudaGraphLaunch` (pytorch#143572: `fillFunctor` from the replay prologue): profile
   replays alone and count the kernels that a `cudaGraphLaunch` did not launch.
+- Whether CUPTI links replayed kernels to their launch in a process's second profiler session.
+  CUPTI 13.0 gives `cudaGraphLaunch` and its kernels wrong correlation ids in every session after
+  the first (fixed in CUDA 13.1 Update 1; kineto #1165): profile 10 replays in session 1 and 10 in
+  session 2, and compare kernels per replay and the share of kernels linked to a launch.
 - What a finished torch.profiler session costs later steps. Kineto leaves CUPTI attached after a
-  session (pytorch#144455), which taxes every launch after it: time eager and graph steps, run
-  one profiler session, time them again.
+  session (pytorch#144455), which taxes every launch after it: time eager and graph steps before
+  any session opens, then after both.
+
+The order is the point: timing "before", session 1, session 2, timing "after". Each measurement
+records how many sessions the process had opened when it was taken, so the JSON shows it.
 
 usage: python scripts/gpu_probe.py --model qwen2-0.5b --device cuda --steps 100 --out probe.json
 """
@@ -25,50 +32,54 @@ from graphrt.backends.graph import GraphBackend
 from graphrt.engine import decode, random_prompt
 from graphrt.io import write_json
 from graphrt.launches import launch_kind
+from graphrt.profiling import profiler_session, sessions_opened
 from graphrt.runner import RunSpec, load
 from graphrt.trace.chrome import read_chrome_trace
-from graphrt.trace.record import profiler_activities
 
 REPLAYS = 10
 
 
-def replay_extras(graph: GraphBackend, device: torch.device) -> dict:
-    """Per replay of the batch-1 graph: launch calls by kind, and the kernels not in the graph."""
+def profiled_replays(graph: GraphBackend, device: torch.device) -> dict:
+    """Per replay of the batch-1 graph, in one new profiler session: launch calls by kind, the
+    kernels, the share of them linked to a launch call, and the kernels not in the graph."""
     captured, _ = graph.graphs[1]
     with tempfile.TemporaryDirectory() as tmp:
-        with torch.profiler.profile(activities=profiler_activities(device)) as prof:
+        with profiler_session(device) as session:
             for _ in range(REPLAYS):
                 captured.replay()
-            if device.type == "cuda":
+            if device.type == "cuda":  # pragma: no mutate (CUDA only)
                 torch.cuda.synchronize(device)
         path = Path(tmp) / "replays.json"
-        prof.export_chrome_trace(str(path))
+        session.profile.export_chrome_trace(str(path))
         trace = read_chrome_trace(path)
     calls = Counter(launch_kind(c.name) for c in trace.api_calls)
     outside = Counter(k.name for k in trace.kernels
                       if k.launch is None or launch_kind(trace.api_calls[k.launch].name) != "graph")
+    linked = sum(k.launch is not None for k in trace.kernels)
     return {
+        "profiler_session": session.number,
         "replays": REPLAYS,
         "graph_launches_per_replay": calls["graph"] / REPLAYS,
         "kernel_launches_per_replay": calls["kernel"] / REPLAYS,
         "kernels_per_replay": len(trace.kernels) / REPLAYS,
+        "linked_share": linked / len(trace.kernels) if trace.kernels else None,
         "kernels_outside_the_graph_per_replay": sum(outside.values()) / REPLAYS,
         "kernels_outside_the_graph": {name: n / REPLAYS for name, n in outside.most_common()},
     }
 
 
-def profiler_tax(backends: list, prompt: torch.Tensor, steps: int, device: torch.device) -> dict:
-    """Median step of each backend before and after one torch.profiler session in between."""
-    def medians() -> dict[str, float]:
-        return {b.name: decode(b, prompt, steps, warmup=4, keep_logits=False).stats.median for b in backends}
+def step_medians(backends: list, prompt: torch.Tensor, steps: int) -> dict:
+    """Median step of each backend, and how many profiler sessions the process had opened."""
+    return {"sessions_opened": sessions_opened(),
+            "median_ms": {b.name: decode(b, prompt, steps, warmup=4, keep_logits=False).stats.median
+                          for b in backends}}
 
-    medians()  # a round to settle clocks, caches and the allocator, not kept
-    before = medians()
-    with torch.profiler.profile(activities=profiler_activities(device)), torch.inference_mode():
-        decode(backends[0], prompt, 2, warmup=1, keep_logits=False)
-    after = medians()
-    return {name: {"before_ms": before[name], "after_ms": after[name],
-                   "slowdown": after[name] / before[name] - 1} for name in before}
+
+def profiler_tax(before: dict, after: dict) -> dict:
+    """Each backend's median step before any profiler session and after them."""
+    return {name: {"before_ms": ms, "after_ms": after["median_ms"][name],
+                   "slowdown": after["median_ms"][name] / ms - 1}
+            for name, ms in before["median_ms"].items()}
 
 
 def main(argv: list[str]) -> int:
@@ -86,12 +97,18 @@ def main(argv: list[str]) -> int:
     model.setup_cache(graph.cache_rows(1), spec.prompt_len + args.steps)
     graph.prepare(1)
     prompt = random_prompt(1, spec.prompt_len, config.vocab_size, spec.seed)
+    backends = [EagerBackend(model), graph]
+    step_medians(backends, prompt, args.steps)  # a round to settle clocks, caches and the allocator
+    before = step_medians(backends, prompt, args.steps)  # before any session: nothing attached yet
+    first, second = profiled_replays(graph, device), profiled_replays(graph, device)
+    after = step_medians(backends, prompt, args.steps)
     facts = {"model": config.name, "device": str(device), "graph_kind": graph.kind,
-             "replay": replay_extras(graph, device)}
-    # last: the session it opens taxes everything after it
-    facts["profiler_tax"] = profiler_tax([EagerBackend(model), graph], prompt, args.steps, device)
+             "replay": first, "second_session": second,
+             "timing": {"before": before, "after": after},
+             "profiler_tax": profiler_tax(before, after)}
     write_json(args.out, facts)
-    print(f"replay extras: {facts['replay']}")
+    print(f"replays in session 1: {first}")
+    print(f"replays in session 2: {second}")
     print(f"profiler tax: {facts['profiler_tax']}")
     return 0
 

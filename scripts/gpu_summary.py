@@ -2,9 +2,11 @@
 
 usage: python scripts/gpu_summary.py RESULTS WORK
 
-RESULTS holds run-b1.json, run-b8.json, sweep.json, compile-b1.json (each may be missing: its
-step failed or was skipped); WORK holds outcomes.txt, cuda-tests.xml, probe.json and traces/.
-Prints the table, writes RESULTS/gpu-summary.json; exit 1 if a file a step wrote is unreadable.
+WORK holds outcomes.txt (each step's planned limit and outcome) and raw/, the files the steps
+wrote: run-b1.json, run-qwen3-b1.json, compile-b1.json, tp1.json, sweep.json, cuda-tests.xml,
+probe.json, localize.json, analysis.json, trace-*.json (each may be missing: its step failed or
+was skipped). Prints the tables, writes RESULTS/gpu-summary.json; exit 1 if a file a step wrote
+is unreadable.
 """
 
 from __future__ import annotations
@@ -26,13 +28,19 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _outcomes(work: Path) -> dict[str, str]:
+def _outcomes(work: Path) -> list[dict[str, Any]]:
+    """Each step in the check's order: its planned limit, and what became of it."""
     lines = (work / "outcomes.txt").read_text().splitlines() if (work / "outcomes.txt").exists() else []
-    return dict(line.split("=", 1) for line in lines if "=" in line)
+    steps = []
+    for line in lines:
+        name, _, rest = line.partition("=")
+        planned, _, outcome = rest.partition("|")
+        steps.append({"step": name, "limit_s": int(planned), "outcome": outcome})
+    return steps
 
 
-def _tests(work: Path) -> dict[str, int] | None:
-    path = work / "cuda-tests.xml"
+def _tests(raw: Path) -> dict[str, int] | None:
+    path = raw / "cuda-tests.xml"
     if not path.exists():
         return None
     suite = ET.parse(path).getroot()
@@ -60,9 +68,13 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             "speedup_vs_eager": eager_ms / m["step_ms"]["median"] if eager_ms else None,
             "kernels_per_step": m["ops_per_step"], "host_launches_per_step": m["host_launches_per_step"],
             "graph_launches_per_step": m.get("graph_launches_per_step"),
+            "copies_per_step": m.get("copies_per_step"),
             "tokens_identical": eq.get("identical"), "max_abs_logit_diff": eq.get("max_abs_logit_diff"),
             "achieved_GBps": m["achieved_bandwidth"] / 1e9,
             "share_of_peak": m["bandwidth_share_of_peak"],
+            # the step's time over its HBM floor (its bytes at the peak bandwidth)
+            "over_hbm_floor": 1 / m["bandwidth_share_of_peak"] if m["bandwidth_share_of_peak"] else None,
+            "hf_kernels_per_step": run.get("hf_ops_per_step"),
             "graph_MiB_per_bucket": {bs: {k: v / MIB for k, v in mem.items()}
                                      for bs, mem in m["graph_memory_per_bucket"].items()},
             "prepare_s": m["prepare_s"], "lint_s": m.get("lint_s"),
@@ -88,13 +100,13 @@ def _sweep_rows(sweep: dict) -> list[dict[str, Any]]:
     return rows
 
 
-def _trace_facts(work: Path) -> dict[str, Any] | None:
-    """GPU idle share per step and NVTX overhead, from the trace step's directory."""
-    dirs = sorted(p for p in (work / "traces").glob("*") if p.is_dir()) if (work / "traces").exists() else []
-    if not dirs:
+def _trace_facts(raw: Path) -> dict[str, Any] | None:
+    """GPU idle share per step and NVTX overhead, from the trace steps' summaries and the one
+    analysis of both traces."""
+    summaries = [_load(p) for p in sorted(raw.glob("trace-*.json"))]
+    analysis = _load(raw / "analysis.json")
+    if not summaries and analysis is None:
         return None
-    summary = _load(dirs[0] / "summary.json") or {}
-    analysis = _load(dirs[0] / "analysis.json")
     groups = [{"name": g["name"], "steps": g["steps"], **{k: g["medians"].get(k) for k in
                ("wall_ns", "kernels", "launches", "gpu_busy_ns", "gpu_idle_ns")}}
               for t in (analysis or {}).get("traces", []) for g in t.get("step_groups", [])]
@@ -103,9 +115,10 @@ def _trace_facts(work: Path) -> dict[str, Any] | None:
         g["gpu_idle_share"] = idle / (busy + idle) if busy + idle else None
     attributed = [{k: m[k] for k in ("replay", "unit", "method", "items", "attributed_share")}
                   for m in (analysis or {}).get("replay_modules", [])]
-    graph_notes = (summary.get("modes") or {}).get("graph", {}).get("notes", [])
-    return {"nvtx_overhead": summary.get("nvtx_overhead"), "steps": groups, "analysis": analysis,
-            "replay_attribution": attributed, "graph_notes": graph_notes}
+    modes = {mode: facts for summary in summaries for mode, facts in (summary.get("modes") or {}).items()}
+    overhead = next((s["nvtx_overhead"] for s in summaries if s.get("nvtx_overhead")), None)
+    return {"nvtx_overhead": overhead, "steps": groups, "analysis": analysis,
+            "replay_attribution": attributed, "graph_notes": modes.get("graph", {}).get("notes", [])}
 
 
 def _fmt(value: Any) -> str:
@@ -123,37 +136,41 @@ def main(argv: list[str]) -> int:
         print(__doc__.splitlines()[2].strip(), file=sys.stderr)
         return 2
     results, work = Path(argv[0]), Path(argv[1])
+    raw = work / "raw"
     try:
-        runs = [r for r in (_load(results / f"run-b{b}.json") for b in (1, 8)) if r]
-        sweep, compiled = _load(results / "sweep.json"), _load(results / "compile-b1.json")
-        probe = _load(work / "probe.json")
-        trace = _trace_facts(work)
-    except (json.JSONDecodeError, ET.ParseError, KeyError) as e:
+        runs = [r for r in (_load(raw / f"{name}.json") for name in ("run-b1", "run-qwen3-b1", "tp1")) if r]
+        sweep, compiled = _load(raw / "sweep.json"), _load(raw / "compile-b1.json")
+        probe, localized = _load(raw / "probe.json"), _load(raw / "localize.json")
+        trace = _trace_facts(raw)
+        summary = {
+            "machine": runs[0]["machine"] if runs else None,
+            "steps": _outcomes(work),
+            "cuda_tests": _tests(raw),
+            "runs": [{"model": run["model"], "tp": run.get("tp", 1), **row} for run in runs for row in _run_rows(run)],
+            "compile_b1": _run_rows(compiled, _eager_ms(runs[0]) if runs else None) if compiled else None,
+            "sweep": _sweep_rows(sweep) if sweep else None,
+            "trace": trace,
+            "probe": probe,
+            "localize": localized,
+        }
+    except (json.JSONDecodeError, ET.ParseError, KeyError, ValueError) as e:
         print(f"gpu_summary: a result file is unreadable ({e!r})")
         return 1
-    summary = {
-        "machine": runs[0]["machine"] if runs else None,
-        "steps": _outcomes(work),
-        "cuda_tests": _tests(work),
-        "runs": [row for run in runs for row in _run_rows(run)],
-        "compile_b1": _run_rows(compiled, _eager_ms(runs[0]) if runs else None) if compiled else None,
-        "sweep": _sweep_rows(sweep) if sweep else None,
-        "trace": trace,
-        "probe": probe,
-    }
     write_json(results / "gpu-summary.json", summary)
 
     print("== summary")
     if summary["machine"]:
         m = summary["machine"]
         print(f"{m['device_name']} · torch {m['torch']} · CUDA {m['cuda']}")
-    print(tabulate(summary["steps"].items(), headers=["step", "outcome"]))
+    print(tabulate([s.values() for s in summary["steps"]], headers=["step", "limit s", "outcome"]))
+    print(f"planned: {sum(s['limit_s'] for s in summary['steps'])} s in all")
     if summary["cuda_tests"]:
         print("CUDA tests: " + ", ".join(f"{v} {k}" for k, v in summary["cuda_tests"].items()))
-    keys = ["batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
-            "host_launches_per_step", "graph_launches_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
-            "share_of_peak", "prepare_s", "lint_s"]
-    rows = summary["runs"] + (summary["compile_b1"] or [])
+    keys = ["model", "tp", "batch", "mode", "p10_ms", "p50_ms", "p90_ms", "speedup_vs_eager", "kernels_per_step",
+            "host_launches_per_step", "graph_launches_per_step", "copies_per_step", "tokens_identical", "max_abs_logit_diff", "achieved_GBps",
+            "share_of_peak", "over_hbm_floor", "hf_kernels_per_step", "prepare_s", "lint_s"]
+    compiled_rows = [{"model": compiled["model"], "tp": 1, **r} for r in summary["compile_b1"] or []]
+    rows = summary["runs"] + compiled_rows
     if rows:
         print(tabulate([[_fmt(r[k]) for k in keys] for r in rows], headers=keys))
         for r in rows:
@@ -175,14 +192,21 @@ def main(argv: list[str]) -> int:
         o = trace["nvtx_overhead"]
         print(f"NVTX on vs off (eager step): {100 * o['overhead']:+.2f}% ({o['per_range_us']:.2f} us per range)")
     if probe:
-        r = probe["replay"]
-        print(f"a replay launches {r['graph_launches_per_replay']:g} graph(s), "
-              f"{r['kernel_launches_per_replay']:g} other launch calls, "
-              f"{r['kernels_outside_the_graph_per_replay']:g} kernels outside the graph: "
-              f"{r['kernels_outside_the_graph'] or 'none'}")
+        for session in (probe["replay"], probe["second_session"]):
+            linked = session["linked_share"]
+            print(f"profiler session {session['profiler_session']}: a replay launches "
+                  f"{session['graph_launches_per_replay']:g} graph(s), {session['kernel_launches_per_replay']:g} "
+                  f"other launch calls, {session['kernels_per_replay']:g} kernels "
+                  f"({'-' if linked is None else f'{100 * linked:.0f}%'} linked to a launch), "
+                  f"{session['kernels_outside_the_graph_per_replay']:g} outside the graph: "
+                  f"{session['kernels_outside_the_graph'] or 'none'}")
         for name, t in probe["profiler_tax"].items():
-            print(f"after one torch.profiler session, {name} steps: {t['before_ms']:.3f} -> "
+            print(f"after two torch.profiler sessions, {name} steps: {t['before_ms']:.3f} -> "
                   f"{t['after_ms']:.3f} ms ({100 * t['slowdown']:+.1f}%)")
+    if localized:
+        print(f"localizer, planted bug in {localized['planted']['module']}: "
+              f"{'named it' if localized['named_the_planted_module'] else 'DID NOT name it'}; clean step: "
+              f"{'no difference' if localized['clean_found_nothing'] else 'A FALSE REPORT'}")
     print(f"wrote {results / 'gpu-summary.json'}")
     return 0
 

@@ -74,3 +74,51 @@ def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
     assert done.returncode == 1  # "absent" has no wheel
     assert sorted(p.name for p in site.iterdir()) == ["demo", "stable"]
     assert "no wheel of absent" in done.stdout and "run scripts/gpu_bundle.sh" in done.stdout
+
+
+# -- the plan: what the check runs, in what time ------------------------------------------------
+
+CHECK = (REPO / "scripts" / "gpu_check.sh").read_text()
+
+
+def _plan() -> tuple[int, list[str], dict[str, int]]:
+    """The check's budget, its steps in order, and each step's planned limit, as the script says."""
+    import re
+
+    budget = int(re.search(r"^BUDGET=(\d+)", CHECK, re.M).group(1))
+    order = re.search(r"^PLAN=\(([^)]*)\)", CHECK, re.M).group(1).split()
+    limits = {name: int(s) for name, s in re.findall(r"^limit\[([\w-]+)\]=(\d+)", CHECK, re.M)}
+    return budget, order, limits
+
+
+def test_the_steps_limits_fit_the_budget_with_room_for_set_up_and_summary():
+    budget, order, limits = _plan()
+    assert budget <= 330  # a device session is 15 minutes, its start and a second try included
+    assert set(order) == set(limits)
+    assert sum(limits.values()) <= budget - 15
+
+
+def test_every_step_the_check_runs_has_a_planned_limit_and_runs_in_plan_order():
+    import re
+
+    _, order, _ = _plan()
+    run = re.findall(r"^\s*step ([\w-]+) ", CHECK, re.M)
+    assert run == order
+
+
+def test_the_probe_times_before_any_profiler_session_then_profiles_two_sessions(tmp_path):
+    # CUPTI's tax and its second-session bug both depend on what opened before: the "before"
+    # timing must see no session, each replay check must be its own session, in order
+    out = tmp_path / "probe.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_probe.py"), "--model", "tiny",
+                           "--device", "cpu", "--steps", "6", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    import json
+
+    facts = json.loads(out.read_text())
+    assert facts["timing"]["before"]["sessions_opened"] == 0
+    assert (facts["replay"]["profiler_session"], facts["second_session"]["profiler_session"]) == (1, 2)
+    assert facts["timing"]["after"]["sessions_opened"] == 2
+    assert set(facts["profiler_tax"]) == {"eager", "graph"}
