@@ -43,14 +43,16 @@ limit[run-b1]=35        # qwen2-0.5b bf16: random weights on the GPU (~3 s), 64 
                         # 25 piecewise graphs + 1 full graph captured, lint, HF's step counted:
                         # the first GPU figures, eager against graph (~20 s)
 limit[run-qwen3-b1]=25  # qwen3-0.6b eager and graph: the lean step on the second family (~15 s)
-limit[compile-b1]=70    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
-limit[cuda-tests]=45    # pytest -m cuda: ~20 small tests, one torchrun NCCL rank (~30 s)
+limit[compile-b1]=60    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
+limit[cuda-tests]=55    # pytest -m cuda: collection imports transformers (~8 s), ~30 small tests,
+                        # one torchrun NCCL rank (~15 s), one CUDA trace (~40 s in all)
 limit[probe]=15         # 4 rounds of 60 eager/graph steps, 2 profiled sessions of 10 replays (~8 s)
 limit[trace-eager]=20   # its own process: load, 4 + 12 profiled steps, 40+40 NVTX on/off (~12 s)
 limit[trace-graph]=15   # its own process, so its replays are profiled in a first session (~10 s)
 limit[analyze]=10       # both traces read once: ~40 k events (~5 s)
 limit[localize]=15      # one probed capture, 3 replays against eager, twice (~8 s)
-limit[tp1]=25           # torch.distributed.run, one NCCL rank: capture with a collective, teardown
+limit[tp1]=25           # torch.distributed.run, one NCCL rank: capture and teardown with the
+                        # communicator live (one rank's all-reduce launches no NCCL kernel)
 limit[sweep]=20         # eager vs graph at batch 1..64; a cut sweep keeps its points (~15 s)
 
 planned=0
@@ -82,7 +84,11 @@ missing=()
 for module in nvtx click tabulate safetensors; do
   "$py" -c "import $module" 2>/dev/null || missing+=("$module")
 done
-[ ${#missing[@]} = 0 ] || "$py" scripts/install_wheels.py .whl "$site" "${missing[@]}"
+if [ ${#missing[@]} != 0 ] && ! "$py" scripts/install_wheels.py .whl "$site" "${missing[@]}"; then
+  # every step would be skipped: stop now rather than spend the device's minutes on nothing
+  echo "gpu_check: FAILED: ${missing[*]} missing and not in .whl/ (make it with scripts/gpu_bundle.sh and carry .whl/ to this machine)"
+  exit 1
+fi
 export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 # -- prerequisites: one line each; a missing one skips its steps ----------------------------------

@@ -143,3 +143,16 @@ def test_load_state_dict_takes_hf_names_and_packs_them(family_config):
     assert torch.equal(layer.mlp.gate_up_proj.weight, torch.cat((gate, up)))
     with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: [^\n]*\"model\.layers\.0\.mlp\.up_proj\.weight\""):
         ours.load_state_dict({n: t for n, t in hf.items() if n != "model.layers.0.mlp.up_proj.weight"})
+
+
+def test_a_missing_packed_part_is_named_alone_and_the_other_kinds_still_load():
+    # Qwen2's q/k/v have biases: without q_proj's weight, the packed biases still load from
+    # their parts, and only the absent part is reported, by its checkpoint name
+    config = FAMILY_CONFIGS["qwen2-untied"]
+    hf = hf_reference(config, 3).state_dict()
+    ours = build_model(config, CPU, torch.float32, seed=0)
+    result = ours.load_state_dict({n: t for n, t in hf.items() if n != "model.layers.1.self_attn.q_proj.weight"},
+                                  strict=False)
+    assert "model.layers.1.self_attn.q_proj.weight" in result.missing_keys
+    q, k, v = (hf[f"model.layers.1.self_attn.{n}_proj.bias"] for n in "qkv")
+    assert torch.equal(ours.model.layers[1].self_attn.qkv_proj.bias, torch.cat((q, k, v)))

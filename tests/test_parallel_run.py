@@ -100,7 +100,9 @@ def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly
     assert proc.returncode == 0, stderr
     assert "graph vs eager: tokens identical" in stdout
     doc = json.loads(out.read_text())
-    assert doc["tp"] == 1 and doc["ranks"]["graph"][0]["collective_share"] > 0  # NCCL kernels ran
+    # one rank's in-place all-reduce is a no-op inside NCCL (nothing to send, nothing launched),
+    # so its share is measured and zero: the capture and teardown are what this run checks
+    assert doc["tp"] == 1 and doc["ranks"]["graph"][0]["collective_share"] == 0
 
 
 def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_trace(tmp_path, cli):

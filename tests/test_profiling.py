@@ -68,3 +68,13 @@ def test_each_mode_is_recorded_in_the_first_profiler_session_of_a_process_of_its
     modes = json.loads((tiny_torch_traces / "summary.json").read_text())["modes"]
     assert {mode: m["profiler_session"] for mode, m in modes.items()} == {"eager": 1, "graph": 1}
     assert all(m["ops_per_step"] > 0 for m in modes.values())  # on the CPU, counted by dispatch
+
+
+def test_a_session_records_the_gpu_only_on_cuda():
+    # on CUDA the kernels, copies and their launches are the point; a CPU has only its ops
+    from graphrt.profiling import profiler_activities
+
+    cpu, gpu = torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA
+    assert profiler_activities(torch.device("cpu")) == [cpu]
+    assert profiler_activities(torch.device("cuda")) == [cpu, gpu]
+    assert profiler_activities(torch.device("meta")) == [cpu]
