@@ -133,7 +133,9 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     nsys on PATH) or torch.profiler Chrome traces (.json), or a directory `graphrt trace` made.
     Steps are graphrt's step ranges or torch.profiler's ProfilerStep#N. Given two traces, or one
     holding eager and replay steps, the second step group is set against the first, and each
-    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's."""
+    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's.
+    Given the directory `graphrt trace --tp N` made (rank0/ ... rank<N-1>/), each rank's figures
+    and the slowest rank per step; --plot draws each rank's eager step above its replay."""
     for out in (json_path, plot_path):
         if out:
             check_writable(out)
