@@ -93,7 +93,7 @@ def test_baseline_prints_the_table_and_writes_a_plot(baseline):
     result, path = baseline
     lines = result.stdout.splitlines()
     assert lines[0].startswith("baseline · ") and "float32" in lines[0]
-    assert any(line.split()[:4] == ["tiny", "16", "512", "graph"] for line in lines)
+    assert any(line.split()[:5] == ["tiny", "1", "16", "512", "graph"] for line in lines)
     assert "aten ops" in result.stdout and "bound" in result.stdout
     assert f"wrote {path}" in result.stdout
     assert path.with_suffix(".png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -107,16 +107,17 @@ def test_compare_shows_the_change_point_by_point(baseline, tmp_path, cli):
     slower = copy.deepcopy(doc)
     for p in slower["points"]:
         p["modes"]["graph"]["step_ms"]["median"] *= 2
+        del p["tp"]  # as results written before tp was swept: their points are tp 1
     del slower["points"][-1]
     other = tmp_path / "slower.json"
     other.write_text(json.dumps(slower))
     result = cli("bench", "--compare", path, other)
     assert result.exit_code == 0, result.output
-    rows = {tuple(line.split()[:4]): line.split() for line in result.stdout.splitlines()
+    rows = {tuple(line.split()[:5]): line.split() for line in result.stdout.splitlines()
             if line.startswith("tiny ")}
-    assert rows[("tiny", "1", "64", "graph")][6].startswith("+100.0%")
-    assert rows[("tiny", "1", "64", "eager")][6] == "+0.0%"
-    assert rows[("tiny", "16", "512", "eager")][5:7] == ["-", "-"]  # missing from B
+    assert rows[("tiny", "1", "1", "64", "graph")][7].startswith("+100.0%")
+    assert rows[("tiny", "1", "1", "64", "eager")][7] == "+0.0%"
+    assert rows[("tiny", "1", "16", "512", "eager")][6:8] == ["-", "-"]  # missing from B
 
 
 def test_compare_refuses_a_file_that_is_not_a_result(tmp_path, cli):

@@ -93,7 +93,7 @@ def test_cli_reports_a_bad_scenario_on_one_line(cli, tmp_path):
     assert result.stderr.strip() == (f"error: {path}: unknown key 'stpes' (expected one of "
                                      "name, description, models, device, dtype, modes, batch_sizes, "
                                      "context_lengths, prompt_len, steps, warmup, repeats, seed, "
-                                     "peer, max_spread, threads)")
+                                     "peer, max_spread, threads, tp)")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -18,15 +18,17 @@ STYLES = ("-", "--", ":", "-.")  # one per model / other-axis value; colours are
 
 
 def _lines(doc: dict[str, Any], axis: str) -> dict[tuple[str, str], list[tuple[int, float, float | None]]]:
-    """(mode, group) -> [(x, median ms, speedup vs eager)] along `axis`; a group is the model
-    and the value of the other axis, named only where they vary."""
+    """(mode, group) -> [(x, median ms, speedup vs eager)] along `axis`; a group is the model,
+    the value of the other axis and tp, named only where they vary."""
     other = "context" if axis == "batch" else "batch"
     several_models = len({p["model"] for p in doc["points"]}) > 1
     several_other = len({p[other] for p in doc["points"]}) > 1
+    several_tp = len({p.get("tp", 1) for p in doc["points"]}) > 1
     lines: dict[tuple[str, str], list] = defaultdict(list)
     for p in doc["points"]:
         group = " ".join([*([p["model"]] if several_models else []),
-                          *([f"{other} {p[other]}"] if several_other else [])])
+                          *([f"{other} {p[other]}"] if several_other else []),
+                          *([f"tp {p.get('tp', 1)}"] if several_tp else [])])
         for mode, m in p["modes"].items():
             lines[mode, group].append((p[axis], m["step_ms"]["median"], m["speedup_vs_eager"]))
     return {key: sorted(points) for key, points in lines.items()}

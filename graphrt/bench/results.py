@@ -6,7 +6,7 @@ comparisons read only the document, so a run printed now and one loaded from dis
 
     {"format", "scenario", "device", "dtype", "modes", "peer_note", "machine", "versions",
      "started_at", "finished_at", "partial", "stopped_at",
-     "points": [{"model", "batch", "context", "max_seq_len", "prompt_len", "memory",
+     "points": [{"model", "tp", "batch", "context", "max_seq_len", "prompt_len", "memory",
                  "modes": {mode: {"step_ms": {median, p10, p90, mean, n}, "spread", "wide",
                                   "samples_ms", "repeat_medians_ms", "host_ms", "tokens_per_s",
                                   "ops_per_step", "host_launches_per_step",
@@ -126,7 +126,7 @@ def point_record(point: Point, scenario: Scenario, seq_len: int, memory: dict[st
         if eager and name != "eager" and (name != PEER or tokens_comparable):
             same = torch.equal(runs[name][0].tokens, runs["eager"][0].tokens)
         record["same_tokens_as_eager"] = same
-    return {"model": point.model, "batch": point.batch, "context": point.context,
+    return {"model": point.model, "tp": point.tp, "batch": point.batch, "context": point.context,
             "max_seq_len": seq_len, "prompt_len": scenario.prompt_len, "memory": memory,
             "modes": modes}
 
@@ -196,7 +196,7 @@ def table(doc: dict[str, Any]) -> str:
         for mode, m in p["modes"].items():
             t, r = m["step_ms"], m["roofline"]
             rows.append([
-                p["model"], p["batch"], p["context"], mode, _g(t["median"]), _g(t["p10"]),
+                p["model"], p.get("tp", 1), p["batch"], p["context"], mode, _g(t["median"]), _g(t["p10"]),
                 _g(t["p90"]), f"{m['spread']:.2f}" + (" !" if m["wide"] else ""),
                 _x(m["speedup_vs_eager"]) if mode != "eager" else None,
                 *([_x(m["speedup_vs_peer"]) if mode != PEER else None] if peer else []),
@@ -206,7 +206,7 @@ def table(doc: dict[str, Any]) -> str:
                 _g(m["tokens_per_s"]), _g(r["achieved_bandwidth"] / 1e9),
                 _g(100 * r["bandwidth_share"], ".1f"), _g(r["intensity"]), r["bound"],
             ])
-    headers = ["model", "batch", "context", "mode", "ms p50", "p10", "p90", "spread", "vs eager",
+    headers = ["model", "tp", "batch", "context", "mode", "ms p50", "p10", "p90", "spread", "vs eager",
                *(["vs hf"] if peer else []), "host ms",
                *(["kernels", "launches", "graphs", "copies"] if cuda else ["aten ops"]),
                "tok/s", "GB/s", "% BW", "FLOP/B", "bound"]
@@ -220,7 +220,7 @@ def memory_table(doc: dict[str, Any]) -> str:
     for p in doc["points"]:
         mem, modes = p["memory"], p["modes"]
         graphs = [modes.get(m, {}).get("graph_memory_bytes") for m in shown]
-        row = [p["model"], p["batch"], p["context"], p["max_seq_len"],
+        row = [p["model"], p.get("tp", 1), p["batch"], p["context"], p["max_seq_len"],
                _g(mem["parameter_bytes"] / MIB, ".1f"), _g(mem["cache_bytes"] / MIB, ".1f"),
                *(_g(g / MIB, ".1f") if g is not None else None for g in graphs)]
         if cuda:
@@ -229,7 +229,7 @@ def memory_table(doc: dict[str, Any]) -> str:
                     _g(mem["after_cache"]["reserved"] / MIB, ".1f"),
                     " / ".join(f"{m} {modes[m]['peak_allocated_bytes'] / MIB:.0f}" for m in modes)]
         rows.append(row)
-    headers = ["model", "batch", "context", "cache slots", "params MiB", "KV cache MiB",
+    headers = ["model", "tp", "batch", "context", "cache slots", "params MiB", "KV cache MiB",
                *(f"{m} MiB" if cuda else f"{m} tape MiB" for m in shown),
                *(["alloc after load", "alloc after cache", "reserved", "peak MiB by mode"] if cuda else [])]
     return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
@@ -245,7 +245,10 @@ def notes(doc: dict[str, Any]) -> list[str]:
         lines.append("host ms equals the step on the CPU, and CPU allocator peaks are not measured")
     if doc["peer_note"]:
         lines.append(f"no hf peer: {doc['peer_note']}")
-    diverged = sorted({f"{m} ({p['model']} batch {p['batch']} context {p['context']})"
+    if any(p.get("tp", 1) > 1 for p in doc["points"]):
+        lines.append("tp > 1: a step's time is its slowest rank's; bytes, FLOPs and memory are one "
+                     "rank's share (embeddings, lm_head and norms whole on every rank); no hf peer")
+    diverged = sorted({f"{m} ({p['model']} tp {p.get('tp', 1)} batch {p['batch']} context {p['context']})"
                        for p in doc["points"] for m, rec in p["modes"].items()
                        if rec["same_tokens_as_eager"] is False})
     if diverged:
@@ -272,7 +275,7 @@ def stopped_line(doc: dict[str, Any]) -> str | None:
 
 
 def _by_key(doc: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
-    return {(p["model"], p["batch"], p["context"], mode): m
+    return {(p["model"], p.get("tp", 1), p["batch"], p["context"], mode): m  # tp: 1 before it was a key
             for p in doc["points"] for mode, m in p["modes"].items()}
 
 
@@ -294,9 +297,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: str) -> s
         change = f"{100 * (tb - ta) / ta:+.1f}%" if ta and tb else None
         noisy = " !" if (ma and ma["wide"]) or (mb and mb["wide"]) else ""
         rows.append([*key, _g(ta), _g(tb), change and change + noisy,
-                     _x(ma and ma["speedup_vs_eager"]) if key[3] != "eager" else None,
-                     _x(mb and mb["speedup_vs_eager"]) if key[3] != "eager" else None])
-    lines.append(tabulate(rows, headers=["model", "batch", "context", "mode", "A ms", "B ms",
+                     _x(ma and ma["speedup_vs_eager"]) if key[-1] != "eager" else None,
+                     _x(mb and mb["speedup_vs_eager"]) if key[-1] != "eager" else None])
+    lines.append(tabulate(rows, headers=["model", "tp", "batch", "context", "mode", "A ms", "B ms",
                                          "change", "A vs eager", "B vs eager"],
                           missingval="-", disable_numparse=True))
     lines.append("change: B's median step against A's (negative: B is faster); "

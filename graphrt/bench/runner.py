@@ -6,6 +6,12 @@ compile starts from a Dynamo reset, so shapes never turn dynamic and the recompi
 which Dynamo silently runs eager, is never reached) and measures the modes interleaved, repeat
 by repeat, so a slow spell of a shared machine spreads over all modes instead of landing on one.
 
+Points with tp > 1 run on tp ranks started through torch.distributed's launcher, as
+`graphrt run --tp` starts them, once for all the points of one model and tp: each rank loads its
+share and measures the points as above (without the peer: Hugging Face's step needs the whole
+model), every step time is the slowest rank's (a step waits for the last rank at each
+all-reduce), and the roofline is one rank's share of the work. Rank 0's records come back.
+
 No per-module NVTX hooks are attached: bench times the step as a user runs it.
 """
 
@@ -30,6 +36,10 @@ from graphrt.config import resolve
 from graphrt.engine import Generation, count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.model import Qwen2ForCausalLM
+from graphrt.parallel import launch, ranks as ranks_
+from graphrt.parallel.figures import slowest_per_step
+from graphrt.parallel.linear import rank_shapes, split
+from graphrt.parallel.ranks import Ranks
 from graphrt.runner import RunSpec, load, resolve_device, resolve_dtype
 
 
@@ -50,21 +60,34 @@ class Sweep:
         self.device = resolve_device(scenario.device)
         self.dtype = resolve_dtype(scenario.dtype, self.device)
         self.points = scenario.points()
+        where = scenario.source or scenario.name
+        if self.device.type == "cuda" and max(scenario.tp) > torch.cuda.device_count():  # pragma: no mutate (CUDA only)
+            raise GraphrtError(f"{where}: tp {max(scenario.tp)}: one GPU per rank, and this machine "  # pragma: no mutate
+                               f"has {torch.cuda.device_count()}")  # pragma: no mutate (CUDA only)
         for name in scenario.models:  # fail before the first point, not in the middle
             config, _ = resolve(name)
+            for tp in scenario.tp:
+                try:
+                    split(config, 0, tp)
+                except GraphrtError as e:
+                    raise GraphrtError(f"{where}: tp {tp}: {e}") from None
             longest = max((scenario.max_seq_len(p) for p in self.points if p.model == name), default=0)
             if longest > config.max_position_embeddings:
                 raise GraphrtError(
-                    f"{scenario.source or scenario.name}: context {longest - scenario.decode_steps} "
+                    f"{where}: context {longest - scenario.decode_steps} "
                     f"+ {scenario.decode_steps} decode steps exceeds {config.name}'s "
                     f"max_position_embeddings {config.max_position_embeddings}")
         self.peer_note = peer.unavailable() if scenario.peer else "peer = false in the scenario"
         self.modes = (*scenario.modes, *([peer.NAME] if self.peer_note is None else []))
+        self._where: dict[str, Any] = {}  # what is running now, for an interrupt to report
 
     @property
     def total(self) -> int:
-        """Decodes the sweep runs: points x repeats x modes."""
-        return len(self.points) * self.scenario.repeats * len(self.modes)
+        """Decodes the sweep runs: points x repeats x modes (no peer where tp > 1)."""
+        return sum(len(self._modes(p)) for p in self.points) * self.scenario.repeats
+
+    def _modes(self, point: Point) -> tuple[str, ...]:
+        return self.scenario.modes if point.tp > 1 else self.modes
 
     def run(self, on_measure: Callable[[str], None] | None = None,
             on_point: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -88,9 +111,11 @@ class Sweep:
         limits = ceilings(self.dtype, measured)
         doc = results.new_document(self.scenario, self.device, self.dtype, measured,
                                    self.modes, self.peer_note)
-        self._where: dict[str, Any] = {}  # what is running now, for an interrupt to report
         try:
-            for name, group in groupby(enumerate(self.points, 1), key=lambda item: item[1].model):
+            for (name, tp), group in groupby(enumerate(self.points, 1), key=lambda item: (item[1].model, item[1].tp)):
+                if tp > 1:
+                    self._on_ranks(list(group), limits, doc, on_measure, on_point)
+                    continue
                 self._where = {"point": None, "label": f"loading {name}", "mode": None}
                 spec = RunSpec(model=name, device=self.scenario.device, dtype=self.scenario.dtype,
                                seed=self.scenario.seed)
@@ -109,9 +134,28 @@ class Sweep:
         doc["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return doc
 
+    def _on_ranks(self, numbered: list[tuple[int, Point]], limits: Ceilings, doc: dict[str, Any],
+                  on_measure: Callable[[str], None] | None,
+                  on_point: Callable[[dict[str, Any]], None] | None) -> None:
+        """The points of one model and one tp > 1, on tp ranks started once for all of them."""
+        points = [p for _, p in numbered]
+        first = points[0]
+        self._where = {"point": numbered[0][0], "label": f"{first.model} tp {first.tp}: {len(points)} "
+                       f"points on {first.tp} ranks", "mode": None}
+        records = launch.launch(_measure_on_rank, [self.scenario, points, limits], first.tp)[0]
+        for point, record in zip(points, records):
+            # the ranks' progress is not seen from here: their decodes count once they are done
+            for label in (f"{point.label}: {m} ({r + 1}/{self.scenario.repeats})"
+                          for r in range(self.scenario.repeats) for m in self._modes(point)):
+                if on_measure:
+                    on_measure(label)
+            doc["points"].append(record)
+            if on_point:
+                on_point(doc)
+
     def _measure(self, point: Point, model: Qwen2ForCausalLM, limits: Ceilings,
-                 after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None
-                 ) -> dict[str, Any]:
+                 after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None,
+                 ranks: Ranks | None = None) -> dict[str, Any]:
         s, cuda = self.scenario, self.device.type == "cuda"
         gc.collect()  # the last point's graphs and caches, before this point's memory is read
         if cuda:
@@ -119,7 +163,7 @@ class Sweep:
         if "compile" in s.modes:
             torch._dynamo.reset()
         backends: list[Backend] = [make_backend(m, model) for m in s.modes]
-        if peer.NAME in self.modes:  # made per point like the others: its cache goes with them
+        if peer.NAME in self._modes(point):  # made per point like the others: its cache goes with them
             backends.append(peer.PeerBackend(model))
         seq_len = s.max_seq_len(point)
         model.setup_cache(max(b.cache_rows(point.batch) for b in backends), seq_len)
@@ -147,16 +191,20 @@ class Sweep:
                                            keep_logits=False, start=point.context))
                 if cuda:
                     peaks[b.name] = max(peaks[b.name], torch.cuda.max_memory_allocated())
+        if ranks is not None:  # in the same order on every rank: each gathers every rank's steps
+            for gen in (gen for b in backends for gen in runs[b.name]):
+                gen.step_ms, gen.host_ms = slowest_per_step(gen.step_ms), slowest_per_step(gen.host_ms)
         # after the timing: the profiler that counts on CUDA taxes launches
         counted = count_launches([(b, runs[b.name][0]) for b in backends], point.context)
         for b in backends:
             runs[b.name][0].launches = counted[b.name]
 
+        shapes = model.config if ranks is None else rank_shapes(model.config, split(model.config, ranks.rank, ranks.world))
         modes = {}
         for b in backends:
             rows = b.bucket(point.batch) if isinstance(b, GraphBackend) else point.batch
             modes[b.name] = results.mode_record(
-                runs[b.name], prepared[b.name], step_cost(model.config, rows, seq_len, self.dtype.itemsize),
+                runs[b.name], prepared[b.name], step_cost(shapes, rows, seq_len, self.dtype.itemsize),
                 limits, point.batch, s.max_spread, peaks[b.name] if cuda else None)
         return results.point_record(point, s, seq_len, memory, modes, runs,
                                     tokens_comparable=point.context == s.prompt_len)
@@ -173,3 +221,20 @@ class Sweep:
             memory["after_load"] = after_load
             memory["after_cache"] = _cuda_memory()
         return memory
+
+
+def _measure_on_rank(scenario: Scenario, points: list[Point], limits: Ceilings) -> list[dict[str, Any]] | None:
+    """One rank of the points of one model and one tp (a process the launcher started): rank 0's
+    point records, None on the other ranks."""
+    sweep = Sweep(scenario)
+    if scenario.threads:
+        torch.set_num_threads(scenario.threads)
+    me = ranks_.join(sweep.device.type)
+    spec = RunSpec(model=points[0].model, device=scenario.device, dtype=scenario.dtype, seed=scenario.seed,
+                   tp=me.world)
+    _, model, _, _ = load(spec, me)
+    after_load = _cuda_memory() if sweep.device.type == "cuda" else None
+    records = [sweep._measure(point, model, limits, after_load, None, me) for point in points]
+    del model  # its graphs went with each point's backends; the group goes after them
+    ranks_.leave()
+    return records if me.leader else None

@@ -10,6 +10,8 @@ Schema (every key at the top level; unknown keys are errors):
     modes           [str]  from eager, piecewise, graph, compile [default: eager, graph]
     batch_sizes     [int]  sequences decoded together (required)
     context_lengths [int]  cached tokens the first measured step attends over (required)
+    tp              [int]  tensor-parallel ranks; a point with tp > 1 runs its ranks through
+                           torch.distributed's launcher, as `graphrt run --tp` does [default: [1]]
     prompt_len      int    tokens prefilled eagerly; at most the smallest context [default: 16]
     steps           int    timed decode steps per repeat      [default: 64]
     warmup          int    untimed decode steps before them, at least 1 [default: 8]
@@ -21,7 +23,7 @@ Schema (every key at the top level; unknown keys are errors):
     threads         int    CPU threads for torch ops while the sweep runs; 0 leaves torch's
                            default (one per core)                [default: 0]
 
-The sweep is models x context_lengths x batch_sizes, in that order. At each point the prompt
+The sweep is models x tp x context_lengths x batch_sizes, in that order. At each point the prompt
 fills slots 0..prompt_len-1 and decoding starts at position `context` (the slots between stay
 as they are; a step's cost depends on its shapes, not on cached values), so the cache holds
 `context + warmup + steps` positions: every decode step of a repeat fits.
@@ -46,10 +48,12 @@ class Point:
     model: str
     batch: int
     context: int
+    tp: int = 1
 
     @property
     def label(self) -> str:
-        return f"{self.model} batch {self.batch} context {self.context}"
+        ranks = f" tp {self.tp}" if self.tp > 1 else ""
+        return f"{self.model}{ranks} batch {self.batch} context {self.context}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Scenario:
     peer: bool = True
     max_spread: float = 0.25
     threads: int = 0
+    tp: tuple[int, ...] = (1,)
     # not TOML keys: the file it was read from, and what the command line changed
     source: str = ""
     max_points: int | None = None  # run only the first points of the sweep
@@ -84,7 +89,7 @@ class Scenario:
         return point.context + self.decode_steps
 
     def points(self) -> list[Point]:
-        points = [Point(m, b, c) for m in self.models for c in self.context_lengths
+        points = [Point(m, b, c, tp) for m in self.models for tp in self.tp for c in self.context_lengths
                   for b in self.batch_sizes]
         return points[: self.max_points]
 
@@ -98,7 +103,7 @@ _SCHEMA: dict[str, tuple[type, type | None]] = {
     "device": (str, None), "dtype": (str, None), "modes": (list, str),
     "batch_sizes": (list, int), "context_lengths": (list, int), "prompt_len": (int, None),
     "steps": (int, None), "warmup": (int, None), "repeats": (int, None), "seed": (int, None),
-    "peer": (bool, None), "max_spread": (float, None), "threads": (int, None),
+    "peer": (bool, None), "max_spread": (float, None), "threads": (int, None), "tp": (list, int),
 }
 _REQUIRED = ("models", "batch_sizes", "context_lengths")
 _TOML_TYPE = {str: "a string", int: "an integer", bool: "true or false", float: "a number",
@@ -138,7 +143,7 @@ def _check_types(where: str, raw: dict[str, Any]) -> None:
 def validate(scenario: Scenario) -> Scenario:
     """Check values (types are checked on reading); return the scenario for chaining."""
     where = scenario.source or scenario.name
-    for key in ("batch_sizes", "context_lengths"):
+    for key in ("batch_sizes", "context_lengths", "tp"):
         bad = [v for v in getattr(scenario, key) if v <= 0]
         if bad:
             raise GraphrtError(f"{where}: {key} must be positive integers, got {bad[0]}")

@@ -42,6 +42,13 @@ def gather(mine: RankFigures) -> list[RankFigures]:
     return everyone
 
 
+def slowest_per_step(step_ms: list[float]) -> list[float]:
+    """Step by step, the slowest rank's time (a collective: every rank calls it with its own)."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, list(step_ms))
+    return [max(steps) for steps in zip(*everyone)]
+
+
 def slowest(ranks: list[RankFigures]) -> Stats:
     """Statistics of the slowest rank's time at each step."""
     return Stats.of([max(steps) for steps in zip(*(r.step_ms for r in ranks))])

@@ -40,7 +40,9 @@ def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) ->
         return elastic_launch(_config(ranks), entrypoint)(*args)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
-        raise GraphrtError(f"rank {rank} of {ranks} failed (exit code {failure.exitcode}); "
+        # a function's error comes back in its message; an executable's is on its stderr already
+        error = failure.message.get("message") if isinstance(failure.message, dict) else None
+        raise GraphrtError(f"rank {rank} of {ranks} failed ({error or f'exit code {failure.exitcode}'}); "
                            f"every rank was stopped") from None
     finally:
         quiet.setLevel(level)

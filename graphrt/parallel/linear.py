@@ -25,7 +25,7 @@ whole and sliced the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,13 @@ def split(config: ModelConfig, rank: int, world: int) -> Split:
     kv_heads = max(k // world, 1)
     kv_start = rank * kv_heads if k >= world else rank * heads // config.num_query_groups
     return Split(rank, world, heads, rank * heads, kv_heads, kv_start, features, rank * features)
+
+
+def rank_shapes(config: ModelConfig, share: Split) -> ModelConfig:
+    """The model as one rank holds it: its query and KV heads and features, the rest whole (what
+    a rank's step reads and computes, for its roofline)."""
+    return replace(config, num_attention_heads=share.heads, num_key_value_heads=share.kv_heads,
+                   intermediate_size=share.features, head_dim=config.head_dim)
 
 
 @dataclass(frozen=True)

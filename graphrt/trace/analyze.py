@@ -45,7 +45,7 @@ def range_kind(name: str) -> str | None:
 # Intervals
 
 
-def _busy_and_gaps(intervals: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
+def busy_and_gaps(intervals: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
     """(time covered by the union of the intervals, the gaps between them), in ns."""
     busy, gaps = 0, []
     cursor: int | None = None  # the latest end seen so far
@@ -190,7 +190,7 @@ def _step(trace: Trace, att: Membership, r: int, unlinked: set[int]) -> StepFigu
     for i in att.launches[r]:
         call = trace.api_calls[i]
         launch_ns[launch_kind(call.name)].append(call.duration_ns)
-    busy, gaps = _busy_and_gaps((k.start_ns, k.end_ns) for k in kernels)
+    busy, gaps = busy_and_gaps((k.start_ns, k.end_ns) for k in kernels)
     ops = [trace.cpu_ops[i] for i in att.ops[r]]
     rng = trace.ranges[r]
     figures = StepFigures(
@@ -257,7 +257,7 @@ def _devices(trace: Trace) -> list[DeviceFigures]:
     for k in trace.kernels:
         per_device[k.device].append((k.start_ns, k.end_ns))
     return [DeviceFigures(device=d, kernels=len(iv), kernel_ns=sum(e - s for s, e in iv),
-                          busy_ns=_busy_and_gaps(iv)[0],
+                          busy_ns=busy_and_gaps(iv)[0],
                           span_ns=max(e for _, e in iv) - min(s for s, _ in iv))
             for d, iv in sorted(per_device.items())]
 

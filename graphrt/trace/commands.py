@@ -20,6 +20,7 @@ from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.membership import Membership
+from graphrt.trace.ranks import RankGroup, collective_ns, format_ranks, rank_dirs, ranks_dict
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
 from graphrt.trace.modules import CaptureRecords, replay_modules
 from graphrt.trace.names import is_replay
@@ -40,10 +41,9 @@ def _trace_files(paths: tuple[str, ...]) -> list[Path]:
             continue
         found = sorted(path.glob("*.sqlite")) or sorted(
             p for p in path.glob("*.json") if p.name != "summary.json")
-        if not found and (ranks_made := sorted(p.name for p in path.glob("rank*") if p.is_dir())):
-            raise GraphrtError(f"{path}: one trace directory per rank ({', '.join(ranks_made)}), as "
-                               f"graphrt trace --tp writes; analyse a rank's: graphrt analyze "
-                               f"{path / ranks_made[0]}")
+        if rank_dirs(path) is not None:
+            raise GraphrtError(f"{path}: one trace directory per rank, as graphrt trace --tp writes: "
+                               f"analyse it on its own (graphrt analyze {path})")
         if not found:
             raise GraphrtError(f"{path}: a directory with no trace in it (expected *.sqlite or "
                                "Chrome-trace *.json, as graphrt trace writes)")
@@ -57,6 +57,7 @@ class _Analysed:
     timelines: list[StepTimeline]
     launch_idle: list[StepLaunchIdle]
     whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
+    collectives: dict[str, list[int]]  # per step group, each step's time in collectives
 
 
 def _analyse(path: Path) -> _Analysed:
@@ -65,7 +66,7 @@ def _analyse(path: Path) -> _Analysed:
     timelines = step_timelines(trace, membership)
     return _Analysed(analyze_trace(trace, membership), timelines,
                      [step_launch_idle(t) for t in timelines if t.unit == "kernel"],
-                     None if timelines else whole_trace(trace, membership))
+                     None if timelines else whole_trace(trace, membership), collective_ns(trace, membership))
 
 
 def _range_names(value: object) -> tuple[str, ...]:
@@ -132,10 +133,15 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     nsys on PATH) or torch.profiler Chrome traces (.json), or a directory `graphrt trace` made.
     Steps are graphrt's step ranges or torch.profiler's ProfilerStep#N. Given two traces, or one
     holding eager and replay steps, the second step group is set against the first, and each
-    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's."""
+    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's.
+    Given the directory `graphrt trace --tp N` made (rank0/ ... rank<N-1>/), each rank's figures
+    and the slowest rank per step; --plot draws each rank's eager step above its replay."""
     for out in (json_path, plot_path):
         if out:
             check_writable(out)
+    if len(paths) == 1 and (dirs := rank_dirs(Path(paths[0]))) is not None:
+        _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path)
+        return
     files = _trace_files(paths)
     analysed = [_analyse(p) for p in files]
     reports = [a.report for a in analysed]
@@ -173,6 +179,27 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
                                           for a in analysed],
                                "comparisons": [comparison_dict(c) for c in comparisons],
                                "replay_modules": [replay_modules_dict(m) for m in modules]})
+        click.echo(f"wrote {json_path}")
+
+
+def _analyze_ranks(path: Path, dirs: list[Path], json_path: str | None, plot_path: str | None) -> None:
+    """`graphrt analyze` on a directory of `graphrt trace --tp`: `dirs[r]` holds rank r's traces."""
+    files = [_trace_files((str(d),)) for d in dirs]
+    analysed = [[_analyse(p) for p in rank_files] for rank_files in files]
+    ranks = [[RankGroup(rank, g, a.collectives[g.name]) for a in mine for g in a.report.step_groups]
+             for rank, mine in enumerate(analysed)]
+    click.echo(format_ranks(path, ranks))
+    click.echo(f"\nevery figure of one rank: graphrt analyze {dirs[0]}")
+    if plot_path:
+        from graphrt.trace.plot import plot_rank_steps  # matplotlib is optional: only for --plot
+
+        click.echo(plot_rank_steps([[a.timelines for a in mine] for mine in analysed],
+                                   [[_capture_records(p) for p in rank_files] for rank_files in files],
+                                   str(path), plot_path))
+    if json_path:
+        write_json(json_path, {"source": str(path), **ranks_dict(ranks), "traces": [
+            [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)} for a in mine]
+            for mine in analysed]})
         click.echo(f"wrote {json_path}")
 
 

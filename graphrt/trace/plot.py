@@ -13,7 +13,7 @@ matplotlib is an optional dependency (`pip install graphrt[plot]`); only this mo
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
@@ -82,11 +82,51 @@ def _headline(steps: list[StepTimeline], scale: float, unit: str) -> str:
     return f": eager {before / scale:,.1f} {unit} → replay {after / scale:,.1f} {unit}{change}"
 
 
+def _kinds_of(steps: list[StepTimeline], timelines: Sequence[Sequence[StepTimeline]],
+              records: Sequence[CaptureRecords]) -> list[list[str]]:
+    """Each step's work's module kinds; a replay's from its trace's records (`records[i]`: trace
+    i's), else from the eager step among `steps`."""
+    eager = next((s for s in steps if not is_replay(s.name)), None)
+    trace_of = {id(t): n for n, ts in enumerate(timelines) for t in ts}
+    return [_kinds(step, eager, records[n] if (n := trace_of[id(step)]) < len(records) else CaptureRecords())
+            for step in steps]
+
+
 def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[str], path: str | Path,
                records: Sequence[CaptureRecords] = ()) -> str:
     """Draw the steps `pick_steps` chooses into a PNG at `path` (through a temporary name);
     returns a line saying what was written. `records[i]`: what trace i's captures recorded (a
     replay's kinds come from there first). GraphrtError without matplotlib or steps."""
+    steps = pick_steps(timelines)
+    if not steps:
+        raise GraphrtError(f"{', '.join(sources)}: no step with kernels or CPU ops to plot "
+                           "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
+    _draw(steps, _kinds_of(steps, timelines, records), [""] * len(steps),
+          lambda scale, unit: " · ".join(Path(s).name for s in sources) + _headline(steps, scale, unit), path)
+    return f"wrote {path} ({' above '.join(s.name for s in steps)})"
+
+
+def plot_rank_steps(timelines: Sequence[Sequence[Sequence[StepTimeline]]],
+                    records: Sequence[Sequence[CaptureRecords]], source: str, path: str | Path) -> str:
+    """Each rank's steps as `plot_steps` picks them (its eager step above its replay), rank
+    after rank on one time axis: `timelines[r]` and `records[r]` are rank r's traces'."""
+    steps, kinds, labels = [], [], []
+    for rank, (mine, recorded) in enumerate(zip(timelines, records)):
+        picked = pick_steps(mine)
+        if not picked:
+            raise GraphrtError(f"{source}: rank {rank} has no step with kernels or CPU ops to plot "
+                               "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
+        steps += picked
+        kinds += _kinds_of(picked, mine, recorded)
+        labels += [f"rank {rank} · "] * len(picked)
+    _draw(steps, kinds, labels, lambda scale, unit: f"{Path(source).name}: {len(timelines)} ranks", path)
+    return f"wrote {path} (per rank, {' above '.join(s.name for s in pick_steps(timelines[0]))})"
+
+
+def _draw(steps: list[StepTimeline], kinds: list[list[str]], labels: list[str],
+          title: Callable[[float, str], str], path: str | Path) -> None:
+    """One panel per step, top to bottom, titled `labels[i]` and its figures; `kinds[i]`: the
+    module kind of each of step i's work; `title(scale, unit)`: the figure's title."""
     try:
         import matplotlib
 
@@ -95,17 +135,11 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
         from matplotlib.patches import Patch
     except ImportError:
         raise GraphrtError("--plot needs matplotlib: pip install matplotlib (or graphrt[plot])") from None
-    steps = pick_steps(timelines)
-    if not steps:
-        raise GraphrtError(f"{', '.join(sources)}: no step with kernels or CPU ops to plot "
-                           "(expected decode_step[...], replay[...] or ProfilerStep#N ranges)")
-    eager = next((s for s in steps if not is_replay(s.name)), None)
-    trace_of = {id(t): n for n, ts in enumerate(timelines) for t in ts}
     longest = max(_span_ns(s) for s in steps)
     scale, unit = (1e6, "ms") if longest > 20e6 else (1e3, "µs")
     fig, axes = plt.subplots(len(steps), 1, figsize=(14, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
     used: set[str] = set()
-    for ax, step in zip(axes[:, 0], steps):
+    for ax, step, step_kinds, label in zip(axes[:, 0], steps, kinds, labels):
         t0 = min(step.start_ns, *(w.start_ns for w in step.work))
         at = lambda t: (t - t0) / scale  # noqa: E731
         rows = ["GPU kernels" if step.unit == "kernel" else "CPU ops"]
@@ -114,22 +148,20 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
             ax.broken_barh([(at(c.start_ns), (c.end_ns - c.start_ns) / scale) for c in step.launches], (1.1, 0.8),
                            facecolors=[_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555"
                                        for c in step.launches])
-        n = trace_of[id(step)]
-        kinds = _kinds(step, eager, records[n] if n < len(records) else CaptureRecords())
-        used.update(kinds)
+        used.update(step_kinds)
         ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
-                       facecolors=[_color(k) for k in kinds], linewidth=0)
+                       facecolors=[_color(k) for k in step_kinds], linewidth=0)
         gaps = [(at(w.start_ns - gap), gap / scale) for w, gap in zip(step.work, idle_before(step)) if gap]
         ax.broken_barh(gaps, (0.1, 0.8), facecolors=_IDLE_COLOR, zorder=0)  # idle, shaded in the work row
         ax.set_yticks([0.5 + i for i in range(len(rows))], rows)
         ax.set_ylim(0, len(rows))
-        ax.set_title(_figures(step, scale, unit), fontsize=10, loc="left")
+        ax.set_title(label + _figures(step, scale, unit), fontsize=10, loc="left")
     axes[-1, 0].set_xlabel(f"{unit} from the step's start")
     order = [k for k in (*KIND_COLORS, NO_MODULE, UNATTRIBUTED_KIND) if k in used]
     idle = "GPU idle" if any(s.unit == "kernel" for s in steps) else "idle"
     handles = [Patch(color=_color(k), label=k) for k in order] + [Patch(color=_IDLE_COLOR, label=idle)]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
-    fig.suptitle(" · ".join(Path(s).name for s in sources) + _headline(steps, scale, unit), fontsize=11)
+    fig.suptitle(title(scale, unit), fontsize=11)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
@@ -139,4 +171,3 @@ def plot_steps(timelines: Sequence[Sequence[StepTimeline]], sources: Sequence[st
     finally:
         plt.close(fig)
         tmp.unlink(missing_ok=True)
-    return f"wrote {path} ({' above '.join(s.name for s in steps)})"
