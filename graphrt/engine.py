@@ -113,6 +113,17 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
     return Generation(backend.name, tokens, step_ms, host_ms, [t.cpu() for t in kept])
 
 
+def first_step_inputs(gen: Generation, position: int, device: torch.device
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs of `gen`'s first decode step, again: prefill's token [B, 1] and `position` [B],
+    for one more step run to count or profile it. Call it inside `torch.inference_mode()`: made
+    there and contiguous, like the decode loop's, they pass Dynamo's guards on both, where
+    anything else would compile a compiled step afresh and measure a warm-up."""
+    tokens = gen.tokens[:, :1].to(device, memory_format=torch.contiguous_format, copy=True)
+    positions = torch.full((tokens.shape[0],), position, dtype=torch.long, device=device)
+    return tokens, positions
+
+
 def count_launches(counted: Sequence[tuple[Backend, Generation]], position: int) -> dict[str, StepLaunches]:
     """What one decode step of each backend launches, by backend name, counted on one more step
     each, all in one profiler session on CUDA (graphrt.launches.count_steps).
@@ -120,17 +131,15 @@ def count_launches(counted: Sequence[tuple[Backend, Generation]], position: int)
     Call it once the timing is over (the profiler it opens on CUDA stays attached). It re-runs
     each generation's first decode step (prefill's token at `position`, where that step ran): the
     cache slot it writes was written by the decode already, and a step's work depends on shapes only.
-    The step's inputs are made inside inference mode and contiguous, like the decode loop's:
-    Dynamo guards on both, and a compiled step given anything else would compile afresh, so its
-    count would be a warm-up's. One unprofiled step of each backend runs first, so whatever a step
-    does once (a lazy init, a cudagraph tree's bookkeeping) stays out of the count.
+    The step's inputs come from `first_step_inputs`. One unprofiled step of each backend runs
+    first, so whatever a step does once (a lazy init, a cudagraph tree's bookkeeping) stays out of
+    the count.
     """
     steps = []
     with torch.inference_mode():
         for backend, gen in counted:
             device = backend.model.lm_head.weight.device
-            tokens = gen.tokens[:, :1].to(device, memory_format=torch.contiguous_format, copy=True)  # [B, 1]
-            positions = torch.full((tokens.shape[0],), position, dtype=torch.long, device=device)
+            tokens, positions = first_step_inputs(gen, position, device)
             backend.step(tokens, positions)
             steps.append(CountedStep(backend.name, functools.partial(backend.step, tokens, positions),
                                      backend.countable_on_cpu))

@@ -11,7 +11,7 @@ from graphrt import hardware, nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.config import DTYPES, ModelConfig, resolve
-from graphrt.engine import Generation, count_launches, decode, pad_rows, random_prompt
+from graphrt.engine import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs.localize import Localization
 from graphrt.launches import StepLaunches
@@ -170,10 +170,9 @@ def join_ranks(spec: RunSpec) -> Ranks | None:
 
 def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int) -> list[figures.RankFigures]:
     """This mode's figures of every rank, with one more step profiled for its collectives."""
-    tokens = gen.tokens[:, :1].to(ranks.device)
-    steps = torch.full((tokens.shape[0],), position, dtype=torch.long, device=ranks.device)
     with torch.inference_mode():
-        share = figures.collective_share(lambda: backend.step(tokens, steps), ranks.device,
+        tokens, positions = first_step_inputs(gen, position, ranks.device)
+        share = figures.collective_share(lambda: backend.step(tokens, positions), ranks.device,
                                           backend.countable_on_cpu)
     mine = figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
                                tuple(map(tuple, gen.tokens.tolist())))

@@ -17,6 +17,7 @@ from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt.graphs.collectives import NAMESPACE
+from graphrt.profiling import profiler_session
 from graphrt.timing import Stats
 
 
@@ -100,11 +101,11 @@ def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_c
 
 
 def _cuda_share(fn: Callable[[], Any], device: torch.device) -> float | None:  # pragma: no mutate block (CUDA only)
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
+    # kernel time alone, no launch linked to its kernel: right in any session of the process
+    with profiler_session(device) as session:
         fn()
         torch.cuda.synchronize(device)
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+    kernels = [e for e in session.profile.events() if e.device_type == DeviceType.CUDA
                and not getattr(e, "is_user_annotation", False)]
     total = sum(e.device_time for e in kernels)
     part = sum(e.device_time for e in kernels if "nccl" in e.name.lower())
