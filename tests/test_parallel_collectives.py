@@ -83,6 +83,15 @@ def test_steps_that_agree_pass_and_the_first_difference_is_named():
     assert "collective #2: ranks 0, 1 issue" in said and "rank 2 issues " + str(other) in said
 
 
+@pytest.mark.parametrize("slow_rank", [0, 1, 2])
+def test_the_slowest_rank_counts_wherever_it_sits_rank_0_included(slow_rank):
+    from graphrt.parallel.figures import RankFigures, slowest, spread_ms
+
+    ranks = [RankFigures(r, (9.0, 9.0, 9.0) if r == slow_rank else (1.0, 2.0, 1.0), None, None, ())
+             for r in range(3)]
+    assert slowest(ranks).median == 9.0 and spread_ms(ranks) == 8.0
+
+
 def test_a_tensor_parallel_step_takes_the_slowest_ranks_time_at_each_step():
     from graphrt.parallel.figures import RankFigures, slowest, spread_ms
 
