@@ -39,6 +39,14 @@ def launch_kind(api_name: str) -> str | None:
     return None
 
 
+def is_kernel_event(event: Any) -> bool:
+    """A torch.profiler event (`profile.events()`) that is a kernel the GPU ran: not a copy or a
+    fill, nor the GPU span of a user annotation (a record_function range, or
+    `## Call CompiledFxGraph ##` under torch.compile)."""
+    return (event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
+            and not event.name.startswith(("Memcpy", "Memset")))
+
+
 def is_copy_call(api_name: str) -> bool:
     """A host call that puts a copy or a fill on the GPU (cudaMemcpyAsync, cudaMemsetAsync, the
     driver's cuMemcpyHtoDAsync, HIP's hipMemcpyAsync, ...): work, but no kernel launch."""
@@ -128,11 +136,8 @@ def _count_cuda_steps(steps: Sequence[CountedStep], device: torch.device) -> dic
         if i < 0:
             continue
         start, end, name = ranges[i]
-        # GPU-side events are kernels, copies, sets, and the GPU spans of user annotations
-        # (record_function ranges, `## Call CompiledFxGraph ##` under torch.compile): only kernels count
-        if e.device_type == DeviceType.CUDA:
-            if not getattr(e, "is_user_annotation", False) and not e.name.startswith(("Memcpy", "Memset")):
-                kernels[name] += 1
+        if is_kernel_event(e):
+            kernels[name] += 1
         elif e.device_type == DeviceType.CPU and e.time_range.end <= end:
             calls[name].append(e.name)
     return {step.name: StepLaunches(

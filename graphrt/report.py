@@ -8,6 +8,7 @@ import torch
 from tabulate import tabulate
 
 from graphrt import hardware
+from graphrt.collective_share import OF, measure_on
 from graphrt.bench.roofline import step_cost
 from graphrt.engine import Generation
 from graphrt.equivalence import compare
@@ -91,19 +92,20 @@ def launches_table(result: RunResult) -> str:
 
 
 def ranks_table(result: RunResult) -> str:
-    """A tensor-parallel run, per mode: the slowest rank's step, how far apart the ranks are,
-    the share of a step in all-reduces, and what each rank launches per step."""
+    """A tensor-parallel run, per mode: the slowest rank's step, how far apart the ranks are, and
+    per rank the share of a profiled step in collectives and what it launches per step."""
     rows = []
     for mode, ranks in result.per_rank.items():
         s = figures.slowest(ranks)
-        shares = [r.collective_share for r in ranks if r.collective_share is not None]
         rows.append([mode, s.median, s.p10, s.p90, figures.spread_ms(ranks),
-                     100 * max(shares) if shares else None,
+                     " / ".join("-" if r.collective_share is None else f"{100 * r.collective_share:.1f}"
+                                for r in ranks),
                      " / ".join("-" if r.ops is None else str(r.ops) for r in ranks)])
     what = "kernels" if result.device.type == "cuda" else "aten ops"
-    headers = ["mode", "step ms (slowest rank)", "p10", "p90", "rank spread ms", "all-reduce %",
+    headers = ["mode", "step ms (slowest rank)", "p10", "p90", "rank spread ms", "collective % per rank",
                f"{what}/step per rank"]
-    return tabulate(rows, headers=headers, floatfmt=".3f", missingval="-")
+    table = tabulate(rows, headers=headers, floatfmt=".3f", missingval="-", disable_numparse=[5, 6])
+    return f"{table}\ncollective %: {OF[measure_on(result.device.type)]}, in one more step of each mode"
 
 
 def ranks_lines(result: RunResult) -> list[str]:
@@ -175,7 +177,8 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             if mode in result.localizations:
                 modes[mode]["localization"] = result.localizations[mode].as_dict()
     ranks = {mode: [{"rank": r.rank, "samples_ms": list(r.step_ms), "ops_per_step": r.ops,
-                     "collective_share": r.collective_share, "generated_ids": [list(t) for t in r.tokens]}
+                     "collective_share": r.collective_share,
+                     "collective_share_of": OF[r.collective_share_of], "generated_ids": [list(t) for t in r.tokens]}
                     for r in per_rank]
              for mode, per_rank in result.per_rank.items()}
     return {

@@ -10,6 +10,7 @@ import torch
 from graphrt import hardware, nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
+from graphrt.collective_share import measure_on
 from graphrt.config import DTYPES, ModelConfig, resolve
 from graphrt.engine import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
@@ -175,7 +176,7 @@ def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int
         share = figures.collective_share(lambda: backend.step(tokens, positions), ranks.device,
                                           backend.countable_on_cpu)
     mine = figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
-                               tuple(map(tuple, gen.tokens.tolist())))
+                               tuple(map(tuple, gen.tokens.tolist())), measure_on(ranks.device.type))
     return figures.gather(mine)
 
 

@@ -36,7 +36,7 @@ def tape_of_all_reduce() -> dict:
     return {"dispatched": dispatched, "tape": list(graph.op_names), "replayed": replayed, "eager": eager}
 
 
-REFUSAL_CASES = ("rank 0 only", "order", "shape", "unwaited")
+REFUSAL_CASES = ("rank 0 only", "order", "shape", "unwaited", "unwaited first of two", "unwaited second of two")
 
 
 def refusals() -> dict[str, list[str]]:
@@ -62,6 +62,11 @@ def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
             return _all_reduce(x[: me.rank + 1], me.group)
         if case == "unwaited":
             return ops.all_reduce(x, "sum", me.group)
+        # the one left unwaited is [2, 3]; the waited one [1, 3]
+        if case == "unwaited first of two":
+            return ops.all_reduce(x, "sum", me.group), _all_reduce(x[:1], me.group)
+        if case == "unwaited second of two":
+            return _all_reduce(x[:1], me.group), ops.all_reduce(x, "sum", me.group)
         return _all_reduce(x, me.group)
 
     said = []
@@ -69,7 +74,7 @@ def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
         check_ranks_agree(step)
     except GraphCaptureError as e:
         said.append(str(e))
-    if case == "unwaited":
+    if case.startswith("unwaited"):
         try:
             capture(step, device="cpu", warmup=0)
         except GraphCaptureError as e:

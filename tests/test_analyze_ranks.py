@@ -3,6 +3,7 @@ rank per step, checked against figures this test works out from the raw Chrome J
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -89,6 +90,7 @@ def test_every_ranks_figures_are_those_of_its_raw_trace(cli, tp_traces, tmp_path
             assert all(s["collective_us"] > 0 for s in want)
             assert got["collective_share"] == pytest.approx(
                 statistics.median(s["collective_us"] / s["wall_us"] for s in want), rel=1e-4)
+            assert got["collective_share_of"] == "CPU time in collectives over the step's CPU time"
 
 
 def test_the_slowest_rank_of_each_step_is_named_with_its_lead(cli, tp_traces, tmp_path):
@@ -142,3 +144,64 @@ def test_a_missing_or_unreadable_rank_gets_one_line(cli, tp_traces, tmp_path, ca
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "out.json").exists()
+
+
+NCCL_RANKS = [Path(__file__).parent / "data" / "torch" / f"hta-nccl-rank{r}-sendrecv.json.gz" for r in (0, 1)]
+
+
+def _nccl_dir(tmp_path: Path, order: tuple[int, int]) -> Path:
+    """The two real NCCL ranks' traces (tests/data/torch/README.md) laid out as `graphrt trace --tp
+    2` lays out its ranks, the file of rank `order[r]` as rank r."""
+    made = tmp_path / "tp"
+    for r, source in enumerate(order):
+        (made / f"rank{r}").mkdir(parents=True)
+        (made / f"rank{r}" / "trace.json").write_bytes(gzip.decompress(NCCL_RANKS[source].read_bytes()))
+    return made
+
+
+def _raw_gpu_steps(trace: Path) -> list[dict]:
+    """Each ProfilerStep worked out from the raw events: wall time, kernels and launch calls (a
+    launch whose call began inside the step, on any thread of its process), and its share in
+    NCCL kernels: their union over the span of its kernels."""
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    kernels = {e["args"]["correlation"]: e for e in events if e.get("cat") == "kernel"}
+    calls = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"].startswith("cudaLaunch")]
+    steps = []
+    for step in sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]):
+        mine = [c for c in calls if c["pid"] == step["pid"] and step["ts"] <= c["ts"] <= step["ts"] + step["dur"]]
+        launched = [kernels[c["args"]["correlation"]] for c in mine]
+        nccl = [(k["ts"], k["ts"] + k["dur"]) for k in launched if k["name"].startswith("ncclKernel_")]
+        span = max(k["ts"] + k["dur"] for k in launched) - min(k["ts"] for k in launched)
+        steps.append({"wall_us": step["dur"], "kernels": len(launched), "launches": len(mine),
+                      "nccl": len(nccl), "share": _union_us(nccl) / span})
+    return steps
+
+
+@pytest.mark.parametrize("order, slowest", [((0, 1), 1), ((1, 0), 0)])
+def test_on_real_nccl_ranks_every_column_and_the_slowest_rank_are_those_of_the_raw_traces(
+        cli, tmp_path, order, slowest):
+    made = _nccl_dir(tmp_path, order)
+    result = cli("analyze", made, "--json", tmp_path / "ranks.json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "ranks.json").read_text())
+    raw = [_raw_gpu_steps(made / f"rank{r}" / "trace.json") for r in (0, 1)]
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("ProfilerStep#* ")]
+    assert "collective %: GPU time in NCCL kernels over the step's GPU time" in result.stdout
+    for r, (row, steps) in enumerate(zip(rows, raw)):
+        assert all(s["nccl"] == 5 for s in steps)  # five NCCL send/recvs in every step
+        (group,) = doc["ranks"][r]["step_groups"]
+        share = statistics.median(s["share"] for s in steps)
+        assert group["collective_share"] == pytest.approx(share, abs=1e-6)
+        assert group["step_shares"] == pytest.approx([s["share"] for s in steps], abs=1e-6)
+        assert group["collective_share_of"].startswith("GPU time in NCCL kernels")
+        # steps, rank, count, step µs, work, launch calls, collective %: each as the raw trace says
+        assert row == ["ProfilerStep#*", str(r), str(len(steps)),
+                       f"{statistics.median(s['wall_us'] for s in steps):,.1f}",
+                       f"{statistics.median(s['kernels'] for s in steps):,.0f}", "kernels",
+                       f"{statistics.median(s['launches'] for s in steps):,.0f}", f"{share:.1%}"]
+    (group,) = doc["slowest"]
+    for i, got in enumerate(group["steps"]):
+        walls = [steps[i]["wall_us"] for steps in raw]
+        assert got["rank"] == walls.index(max(walls)) == slowest  # wherever the slowest rank sits
+        assert got["over_fastest_ns"] / 1e3 == pytest.approx(max(walls) - min(walls), abs=0.01)
+    assert f"the slowest rank per step (rank {slowest} in 2 of 2 steps)" in result.stdout

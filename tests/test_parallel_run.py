@@ -36,8 +36,10 @@ def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_
     stdout, stderr = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 0, stderr
     assert stdout.count("2 ranks, each figure the slowest rank's") == 1  # rank 0 alone speaks
-    assert "all-reduce %" in stdout and "eager: ranks' tokens identical" in stdout
+    assert "eager: ranks' tokens identical" in stdout
+    assert "collective %: CPU time in collectives over the step's CPU time" in stdout
     doc = json.loads(out.read_text())
+    _check_ranks_table(stdout, doc)
     assert doc["tp"] == 2
     # a rank moves its share of the weights: no bandwidth from the whole model's bytes
     assert doc["modes"]["eager"]["achieved_bandwidth"] is None
@@ -48,7 +50,26 @@ def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_
         for f in figures:
             assert len(f["samples_ms"]) == 6 - doc["warmup"] and f["ops_per_step"] > 0
             assert 0 < f["collective_share"] < 1
+            assert f["collective_share_of"] == "CPU time in collectives over the step's CPU time"
             assert f["generated_ids"] == single.generations["eager"].tokens.tolist()
+
+
+def _check_ranks_table(stdout: str, doc: dict) -> None:
+    """Every column of the per-rank table against the figures the JSON holds: the slowest rank's
+    time at each step (median, p10, p90), the ranks' medians apart, each rank's share and ops."""
+    from graphrt.timing import Stats
+
+    rows = {line.split()[0]: line.split()[1:] for line in stdout.splitlines()
+            if line.split()[:1] in (["eager"], ["graph"]) and " / " in line}
+    assert set(rows) == set(doc["ranks"])
+    for mode, figures in doc["ranks"].items():
+        slowest = Stats.of([max(steps) for steps in zip(*(f["samples_ms"] for f in figures))])
+        medians = [Stats.of(f["samples_ms"]).median for f in figures]
+        want = [f"{slowest.median:.3f}", f"{slowest.p10:.3f}", f"{slowest.p90:.3f}",
+                f"{max(medians) - min(medians):.3f}",
+                *" / ".join(f"{100 * f['collective_share']:.1f}" for f in figures).split(),
+                *" / ".join(str(f["ops_per_step"]) for f in figures).split()]
+        assert rows[mode] == want
 
 
 def _rank_process(launcher: int, rank: int) -> int | None:
@@ -103,6 +124,30 @@ def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly
     # one rank's in-place all-reduce is a no-op inside NCCL (nothing to send, nothing launched),
     # so its share is measured and zero: the capture and teardown are what this run checks
     assert doc["tp"] == 1 and doc["ranks"]["graph"][0]["collective_share"] == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_on_two_gpus_run_and_analyze_give_each_rank_the_same_nccl_share_eager_and_replayed(tmp_path, cli):
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")  # pragma: no mutate
+    out, traces = tmp_path / "run.json", tmp_path / "traces"
+    for args in (("run", "--mode", "eager,graph", "--json", str(out)), ("trace", "--profiler", "torch", "--out",
+                                                                         str(traces))):
+        proc = graphrt(*args, "--model", "tiny", "--device", "cuda", "--tp", "2", "--steps", "12", gpus=gpus)
+        _, stderr = proc.communicate(timeout=3 * BOUND_S)  # one after the other: they share the GPUs
+        assert proc.returncode == 0, stderr
+    (made,) = traces.iterdir()
+    assert cli("analyze", made, "--json", tmp_path / "ranks.json").exit_code == 0
+    analysed = json.loads((tmp_path / "ranks.json").read_text())["ranks"]
+    ran = json.loads(out.read_text())["ranks"]
+    for mode, group in (("eager", "decode_step[eager]"), ("graph", "replay[bs=1]")):
+        for r in (0, 1):
+            mine = {g["name"]: g for g in analysed[r]["step_groups"]}[group]
+            assert ran[mode][r]["collective_share_of"] == mine["collective_share_of"]
+            assert mine["collective_share_of"].startswith("GPU time in NCCL kernels")
+            # one profiled step against the median of the recorded ones: the same measure, not the same step
+            assert 0 < mine["collective_share"] < 1
+            assert ran[mode][r]["collective_share"] == pytest.approx(mine["collective_share"], abs=0.15)
 
 
 def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_trace(tmp_path, cli):

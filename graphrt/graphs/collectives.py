@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from graphrt.opcount import storage_key
 
@@ -78,15 +79,22 @@ def replay_call(func: Callable[..., Any], args: tuple, kwargs: dict, out: torch.
 
 
 class PendingCollectives:
-    """The collectives issued and not yet waited, by the storage of the tensor they returned."""
+    """The collectives issued and not yet waited, by the storage of the tensor(s) they returned.
+
+    Each pending result's storage is held until its wait: a result dropped unwaited would
+    otherwise free its storage for the next collective's result, whose wait would then pass for
+    the first one's, and the collective left in flight would go unnamed."""
 
     def __init__(self) -> None:
-        self.pending: dict[int, Collective] = {}
+        self.pending: dict[int, tuple[Collective, torch.UntypedStorage]] = {}
 
     def note(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: Any) -> None:
         """Called with every op that ran, and its result."""
         if is_collective(func):
-            self.pending[storage_key(out)] = describe(func, args, kwargs)
+            issued = describe(func, args, kwargs)
+            for t in tree_leaves(out):  # one result, or a list of them (the coalesced collectives)
+                if isinstance(t, torch.Tensor):
+                    self.pending[storage_key(t)] = (issued, t.untyped_storage())
         elif is_wait(func):
             self.pending.pop(storage_key(args[0]), None)
 
@@ -94,7 +102,7 @@ class PendingCollectives:
         """The refusal for the first collective still in flight, or None if all were waited."""
         if not self.pending:
             return None
-        first = next(iter(self.pending.values()))
+        first, _ = next(iter(self.pending.values()))
         return (f"{first} is not waited inside the step: call wait_tensor on its result before the "
                 f"step returns (a graph that ends with a collective in flight replays a result that "
                 f"has not arrived)")

@@ -13,10 +13,12 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from torch.autograd import DeviceType
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from graphrt import collective_share as shares
+from graphrt.collective_share import Measure
 from graphrt.graphs.collectives import NAMESPACE
+from graphrt.launches import is_kernel_event
 from graphrt.profiling import profiler_session
 from graphrt.timing import Stats
 
@@ -28,8 +30,9 @@ class RankFigures:
     rank: int
     step_ms: tuple[float, ...]  # the timed steps, in order
     ops: int | None  # launches per step: kernels on CUDA, aten ops on the CPU
-    collective_share: float | None  # of one profiled step's time, in collectives (0..1)
+    collective_share: float | None  # of one profiled step, in collectives (0..1): graphrt.collective_share
     tokens: tuple[tuple[int, ...], ...]  # what it generated [B][1 + steps]
+    collective_share_of: Measure = "cpu"  # GPU time (NCCL kernels) or CPU time: collective_share.OF
 
     @property
     def stats(self) -> Stats:
@@ -78,16 +81,14 @@ class _CollectiveClock(TorchDispatchMode):
 
 
 def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_cpu: bool = True) -> float | None:
-    """The share of one call of `fn` spent in collectives; None where it cannot be told. Time a
-    rank waits in a collective for a slower rank counts as the collective's (an NCCL kernel, too,
-    runs until every rank has arrived): on a busy machine the share says more about skew than
-    about bandwidth.
+    """The share of one call of `fn` spent in collectives, as graphrt.collective_share defines it
+    (GPU time in NCCL kernels on CUDA, CPU time on the CPU); None where it cannot be told.
 
-    On CUDA, from torch.profiler: the GPU time of NCCL kernels over all kernel time. On the CPU,
-    where ops run as they are issued, the wall time in functional collectives (issuing them and
-    waiting for them) over the whole call, under a dispatch mode: its small cost per op falls on
-    the whole call only, so the share is, if anything, understated. Compiled code refuses the
-    mode (`countable_on_cpu` False).
+    On CUDA, from the kernels torch.profiler records: their names and their GPU start and end
+    (correlation ids play no part, so this holds in any profiler session of the process). On the
+    CPU, the wall time in functional collectives (issuing them and waiting for them) under a
+    dispatch mode: its small cost per op falls on the whole call only, so the share is, if
+    anything, understated. Compiled code refuses the mode (`countable_on_cpu` False).
     """
     if device.type == "cuda":  # pragma: no mutate (CUDA only)
         return _cuda_share(fn, device)  # pragma: no mutate (CUDA only)
@@ -97,16 +98,15 @@ def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_c
     start = time.perf_counter()
     with clock:
         fn()
-    return clock.seconds / (time.perf_counter() - start)
+    return shares.share(clock.seconds, time.perf_counter() - start)
 
 
 def _cuda_share(fn: Callable[[], Any], device: torch.device) -> float | None:  # pragma: no mutate block (CUDA only)
-    # kernel time alone, no launch linked to its kernel: right in any session of the process
+    torch.cuda.synchronize(device)  # no earlier kernel runs inside the session
     with profiler_session(device) as session:
         fn()
         torch.cuda.synchronize(device)
-    kernels = [e for e in session.profile.events() if e.device_type == DeviceType.CUDA
-               and not getattr(e, "is_user_annotation", False)]
-    total = sum(e.device_time for e in kernels)
-    part = sum(e.device_time for e in kernels if "nccl" in e.name.lower())
-    return part / total if total else None
+    # a FunctionEvent's time range is in µs, on one clock for CPU and GPU events
+    spent = shares.kernel_time((e.name, round(e.time_range.start * 1e3), round(e.time_range.end * 1e3))
+                               for e in session.profile.events() if is_kernel_event(e))
+    return None if spent is None else shares.share(*spent)

@@ -20,7 +20,7 @@ from graphrt.runner import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analyze import TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.membership import Membership
-from graphrt.trace.ranks import RankGroup, collective_ns, format_ranks, rank_dirs, ranks_dict
+from graphrt.trace.ranks import CollectiveTime, RankGroup, collective_time, format_ranks, rank_dirs, ranks_dict
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
 from graphrt.trace.modules import CaptureRecords, replay_modules
 from graphrt.trace.names import is_replay
@@ -57,7 +57,7 @@ class _Analysed:
     timelines: list[StepTimeline]
     launch_idle: list[StepLaunchIdle]
     whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
-    collectives: dict[str, list[int]]  # per step group, each step's time in collectives
+    collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
 
 
 def _analyse(path: Path) -> _Analysed:
@@ -66,7 +66,7 @@ def _analyse(path: Path) -> _Analysed:
     timelines = step_timelines(trace, membership)
     return _Analysed(analyze_trace(trace, membership), timelines,
                      [step_launch_idle(t) for t in timelines if t.unit == "kernel"],
-                     None if timelines else whole_trace(trace, membership), collective_ns(trace, membership))
+                     None if timelines else whole_trace(trace, membership), collective_time(trace, membership))
 
 
 def _range_names(value: object) -> tuple[str, ...]:

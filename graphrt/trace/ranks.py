@@ -7,11 +7,13 @@ step, the slowest rank: a tensor-parallel step is as slow as its slowest rank, s
 all-reduce waits for the last rank to arrive. The i-th step of a group on one rank is set against
 the i-th of the same group on every other rank (the ranks run their steps in lockstep).
 
-The time in collectives of a step is the union of its `all_reduce[...]` ranges (the row-parallel
-linears' record_function ranges, graphrt.parallel.linear) and its top-level functional collective
-ops (`_c10d_functional::all_reduce`, `::wait_tensor`): a replay fires no module range, but the
-ops it replays still show. It is CPU time: issuing the collective and waiting for it, which on a
-CPU is the collective itself, and includes any wait for a slower rank.
+The share of a step in collectives is graphrt.collective_share's, as `graphrt run --tp` gives it.
+In a trace with kernels (CUDA), the GPU time of the NCCL kernels the step launched over the
+step's GPU time (first kernel start to last kernel end), eager steps and replays alike. In a
+trace without (gloo, on a CPU), CPU time: the union of the step's `all_reduce[...]` ranges (the
+row-parallel linears' record_function ranges, graphrt.parallel.linear) and its top-level
+functional collective ops (`_c10d_functional::all_reduce`, `::wait_tensor`: a replay fires no
+module range, but the ops it replays still show), over the step's CPU time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from graphrt.collective_share import OF, Measure, kernel_time, share
 from graphrt.errors import GraphrtError
 from graphrt.graphs.collectives import NAMESPACE
 from graphrt.trace.analyze import StepGroup, busy_and_gaps
@@ -65,23 +68,45 @@ def _world(summary: Path) -> int:
     return world if isinstance(world, int) else 0
 
 
-def collective_ns(trace: Trace, membership: Membership) -> dict[str, list[int]]:
-    """Per step group, each step's time in collectives (ns), steps in the order they started."""
-    spans: dict[int, list[tuple[int, int]]] = {}  # step range -> its collective spans
+@dataclass(frozen=True)
+class CollectiveTime:
+    """One step's time in collectives and the step time it is a share of (ns)."""
+
+    collective_ns: int
+    step_ns: int
+    measure: Measure  # GPU time (NCCL kernels) or CPU time: graphrt.collective_share
+
+
+def collective_time(trace: Trace, membership: Membership) -> dict[str, list[CollectiveTime | None]]:
+    """Per step group, each step's time in collectives (steps in the order they started); None
+    for a step of a trace with kernels that launched none."""
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
+    spent = _gpu_time(trace, membership, steps) if trace.kernels else _cpu_time(trace, membership, steps)
+    per_group: dict[str, list[CollectiveTime | None]] = {}
     for r in steps:
-        spans[r] = []
+        per_group.setdefault(group_name(trace.ranges[r].name), []).append(spent[r])
+    return per_group
+
+
+def _gpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[int, CollectiveTime | None]:
+    out: dict[int, CollectiveTime | None] = {}
+    for r in steps:
+        kernels = (trace.kernels[i] for i in membership.kernels[r])
+        spent = kernel_time((k.name, k.start_ns, k.end_ns) for k in kernels)
+        out[r] = None if spent is None else CollectiveTime(*spent, "gpu")
+    return out
+
+
+def _cpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[int, CollectiveTime | None]:
+    spans: dict[int, list[tuple[int, int]]] = {r: [] for r in steps}  # step range -> its collective spans
     for r, rng in enumerate(trace.ranges):
         if rng.name.startswith(COLLECTIVE_RANGE) and (step := _enclosing(membership, r, spans)) is not None:
             spans[step].append((rng.start_ns, rng.end_ns))
     for r in steps:
         ops = (trace.cpu_ops[i] for i in membership.ops[r])
         spans[r] += [(op.start_ns, op.end_ns) for op in ops if op.name.startswith(_COLLECTIVE_OP)]
-    per_group: dict[str, list[int]] = {}
-    for r in steps:
-        per_group.setdefault(group_name(trace.ranges[r].name), []).append(busy_and_gaps(spans[r])[0])
-    return per_group
+    return {r: CollectiveTime(busy_and_gaps(spans[r])[0], trace.ranges[r].duration_ns, "cpu") for r in steps}
 
 
 def _enclosing(membership: Membership, r: int, steps: dict[int, Any]) -> int | None:
@@ -97,17 +122,29 @@ class RankGroup:
 
     rank: int
     group: StepGroup
-    collective_ns: list[int]  # per step, in the group's order
+    collectives: list[CollectiveTime | None]  # per step, in the group's order
 
     @property
     def wall_ns(self) -> list[int]:
         return [s.wall_ns for s in self.group.steps]
 
     @property
+    def shares(self) -> list[float | None]:
+        """Each step's share in collectives; None where a step's kernels are unknown (graph
+        kernels not linked to their launch) or it has none."""
+        return [None if c is None or (c.measure == "gpu" and s.kernels is None)
+                else share(c.collective_ns, c.step_ns) for c, s in zip(self.collectives, self.group.steps)]
+
+    @property
     def collective_share(self) -> float | None:
-        """The median over steps of each step's share in collectives."""
-        shares = [c / w for c, w in zip(self.collective_ns, self.wall_ns) if w]
-        return statistics.median(shares) if shares else None
+        """The median over steps of each step's share in collectives; None if any is unknown."""
+        shares = self.shares
+        return None if not shares or None in shares else statistics.median(shares)
+
+    @property
+    def measure(self) -> Measure | None:
+        """What the share is of: GPU or CPU time (None for a group without a known step)."""
+        return next((c.measure for c in self.collectives if c is not None), None)
 
     @property
     def work(self) -> tuple[str, float | None]:
@@ -161,10 +198,11 @@ def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
             rows.append((name, g.rank, len(g.group.steps), _us(g.group.medians["wall_ns"]),
                          "unknown" if work is None else f"{work:,.0f} {unit}",
                          f"{g.group.medians['launches']:,.0f}", _share(g.collective_share)))
+    measures = dict.fromkeys(g.measure for groups in ranks for g in groups if g.measure is not None)
     out = [f"== {source}: {len(ranks)} ranks",
-           "Per rank (median per step; all-reduce %: of the step's CPU time, in all_reduce[...] "
-           "ranges and functional collectives)",
-           tabulate(rows, headers=["steps", "rank", "count", "step µs", "work", "launch calls", "all-reduce %"],
+           "Per rank (median per step; collective %: "
+           f"{'; or '.join(OF[m] for m in measures) or 'no step to tell'})",
+           tabulate(rows, headers=["steps", "rank", "count", "step µs", "work", "launch calls", "collective %"],
                     disable_numparse=True)]
     for name, groups in by_group(ranks).items():
         if len(groups) < 2:
@@ -187,7 +225,10 @@ def ranks_dict(ranks: list[list[RankGroup]]) -> dict[str, Any]:
         "ranks": [{"rank": r, "step_groups": [{
             "name": g.group.name, "steps": len(g.group.steps), "median_wall_ns": g.group.medians["wall_ns"],
             "work_unit": g.work[0], "work_per_step": g.work[1], "launches_per_step": g.group.medians["launches"],
-            "collective_share": g.collective_share, "wall_ns": g.wall_ns, "collective_ns": g.collective_ns}
+            "collective_share": g.collective_share, "collective_share_of": g.measure and OF[g.measure],
+            "step_shares": g.shares, "wall_ns": g.wall_ns,
+            "collective_ns": [c and c.collective_ns for c in g.collectives],
+            "collective_of_ns": [c and c.step_ns for c in g.collectives]}
             for g in groups]} for r, groups in enumerate(ranks)],
         "slowest": [{"step_group": name, "steps": [
             {"step": s.index, "rank": s.rank, "wall_ns": s.wall_ns, "over_fastest_ns": s.ahead_ns}
