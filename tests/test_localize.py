@@ -259,7 +259,7 @@ def test_run_localizes_a_mode_whose_tokens_match_but_logits_differ_beyond_roundi
     result = cli(*run_args("graph"))
     assert result.exit_code == 0, result.output
     assert re.search(r"graph vs eager: tokens identical; max \|Δ logits\| \S+ over 6 steps, beyond float32 "
-                     r"rounding at step 1 \(row \d, column \d+, max \|Δ\| \S+ > atol 1e-05 \+ rtol 1e-05 × "
+                     r"rounding at step 0 \(row \d, column \d+, max \|Δ\| \S+ > atol 1e-05 \+ rtol 1e-05 × "
                      r"max \|eager\| ", result.output), result.output
     (line,) = localized_lines(result.output)
     assert line.startswith(f"localized: model.layers.{K}.mlp (Qwen2MLP) is the first module whose replayed "
