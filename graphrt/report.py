@@ -132,7 +132,7 @@ def summary_lines(result: RunResult) -> list[str]:
                      "(median step)")
     for mode, gen in gens.items():
         if mode != "eager":
-            lines.append(compare(eager, gen).describe())
+            lines.append(compare(eager, gen, result.dtype).describe())
             if mode in result.localizations:
                 lines.append(f"  {result.localizations[mode].describe()}")
     said: dict[str, list[str]] = {}  # a note, and the modes that give it
@@ -170,10 +170,11 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "generated_ids": gen.tokens.tolist(),
         }
         if mode != "eager" and "eager" in result.generations:
-            eq = compare(result.generations["eager"], gen)
+            eq = compare(result.generations["eager"], gen, result.dtype)
             modes[mode]["equivalence"] = {
                 "identical": eq.identical, "first_divergence": eq.first_divergence,
-                "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps}
+                "max_abs_logit_diff": eq.max_abs_logit_diff, "compared_steps": eq.compared_steps,
+                "differs": eq.differs, "first_differing_step": eq.first_step}
             if mode in result.localizations:
                 modes[mode]["localization"] = result.localizations[mode].as_dict()
     ranks = {mode: [{"rank": r.rank, "samples_ms": list(r.step_ms), "ops_per_step": r.ops,

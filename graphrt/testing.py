@@ -13,9 +13,12 @@ CUDA, a TapeGraph elsewhere) and replays it for the same steps, copying each ste
 the static buffers as a graph runner does. Outputs must match: integer and boolean outputs
 exactly, floating ones within `atol + rtol * |eager|` (0 and 0 by default: bitwise, which a tape
 gives). The first difference fails the test with its step, output and size, and under it
-where the replay first differs: `localize(step, states)` captures the step once more with a
-probe on every module and names the first module whose replayed output differs from eager's
-(graphrt.graphs.localize); it also gives that verdict as data for any step.
+where the replay first differs: the state is put back where the comparison started and the very
+same sequence (graphrt.graphs.sequence: the same inputs, `next_inputs` between replays as
+between eager steps, the capture at the same point) runs again with a probe on every module;
+in the step that differed, the first module whose output differs beyond its dtype's tolerance
+is named (graphrt.graphs.localize), or the line says the re-run did not reproduce the
+difference. `localize(step, states)` gives that verdict as data for any step.
 
 State: the eager run is undone before the graph runs (`graphrt.graphs.restore.preserved`: the
 tensors it wrote, the module attributes, the RNG), so both start from the same state; the graph
@@ -24,7 +27,6 @@ run's writes stay, as a real one's would.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,15 +34,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from graphrt.errors import GraphrtError
-from graphrt.graphs import Graph, LintReport, TapeGraph, capture, graph_kind, lint_step, new_pool
-from graphrt.graphs.lint import module_ranges, owning_module, step_device
-from graphrt.graphs.localize import (Localization, StepComparer, Tolerances, record_step, tape_ops,
-                                     tolerances_for, uniform_tolerance)
-from graphrt.graphs.probe import ProbeSet
+from graphrt.graphs import LintReport, graph_kind, lint_step
+from graphrt.graphs.lint import owning_module, step_device
+from graphrt.graphs.localize import Localization
 from graphrt.graphs.restore import preserved
+from graphrt.graphs.sequence import Check, Sequence as Steps, run_sequence
+from graphrt.graphs.tolerance import Tolerances, tolerances_for
 
 __all__ = ["assert_lint_clean", "assert_replays_like_eager", "compare_replay", "ReplayComparison",
            "first_difference", "localize", "Localization"]
@@ -64,11 +66,6 @@ class ReplayComparison:
 
 def _args(value: Any) -> tuple:
     return value if isinstance(value, tuple) else (value,)
-
-
-def _kept(out: Any) -> Any:
-    """A copy of every tensor in `out`: a graph overwrites its output on the next replay."""
-    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, out)
 
 
 def first_difference(eager: Any, other: Any, atol: float = 0.0, rtol: float = 0.0
@@ -105,42 +102,31 @@ def first_difference(eager: Any, other: Any, atol: float = 0.0, rtol: float = 0.
     return None, largest
 
 
-def _eager_run(step: Callable[..., Any], first: tuple, steps: int,
-               next_inputs: Callable[..., Any] | None) -> tuple[list[tuple], list[Any]]:
-    inputs, outputs, args = [], [], first
-    for _ in range(steps):
-        out = step(*args)
-        inputs.append(args)
-        outputs.append(_kept(out))
-        args = _args(next_inputs(out, *args)) if next_inputs else args
-    return inputs, outputs
+def _advance(next_inputs: Callable[..., Any] | None) -> Callable[[int, Any, tuple], tuple]:
+    """The caller's between-step action as the sequence runs it: `next_inputs(output, *inputs)`
+    gives the next step's inputs (the same inputs every step without it)."""
+    if next_inputs is None:
+        return lambda i, out, args: args
+    return lambda i, out, args: _args(next_inputs(out, *args))
 
 
-def _statics(args: tuple) -> list[Any]:
-    """The static input buffers a graph of the step reads: a copy of each tensor argument."""
-    return [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+def _check(atol: float, rtol: float) -> Check:
+    """The comparison of one replayed step: its inputs exactly, then its outputs within
+    `atol + rtol * |eager|`."""
+    def check(eager_args: tuple, args: tuple, eager_out: Any, out: Any) -> tuple[str | None, float]:
+        differs, _ = first_difference(eager_args, args)
+        if differs is not None:
+            return f"its inputs differ from eager's ({differs.replace('output', 'input')})", 0.0
+        return first_difference(eager_out, out, atol, rtol)
+    return check
 
 
-def _capture_undone(call: Callable[[], Any], model: nn.Module | None, device: torch.device,
-                    warmup: int) -> tuple[Graph, Any]:
-    """Warm `call` up `warmup` times and capture it, every run of it undone (a tape capture
-    runs it once more); `(graph, static output)`."""
-    # Warm up here rather than in `capture`, so the warmup can be undone; on CUDA on the pool's
-    # side stream, the one the capture runs on (lazy cuBLAS set-up is per stream).
-    pool = new_pool(device)
-    side = contextlib.nullcontext()
-    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
-        side = torch.cuda.stream(pool.stream)
-        torch.cuda.synchronize(device)  # the eager run, on the caller's stream, is done
-    with side, preserved(model):
-        for _ in range(warmup):
-            call()
-    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
-        torch.cuda.synchronize(device)  # and so are the warmup and its undoing
-    # A tape capture runs the step once more (a CUDA capture runs nothing): undo that call too.
-    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()  # pragma: no mutate (CUDA only)
-    with undo:
-        return capture(call, device=device, pool=pool, warmup=0)  # pragma: no mutate (CUDA only)
+def _compare(step: Callable[..., Any], inputs: Any, steps: int, next_inputs: Callable[..., Any] | None,
+             atol: float, rtol: float, model: nn.Module | None, warmup: int,
+             probes: Tolerances | None = None) -> Steps:
+    model = model if model is not None else owning_module(step)
+    return run_sequence(step, _args(inputs), steps, _advance(next_inputs), model=model, warmup=warmup,
+                        check=_check(atol, rtol), probes=probes)
 
 
 def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
@@ -149,31 +135,11 @@ def compare_replay(step: Callable[..., Any], inputs: Any, *, steps: int = 8,
                    warmup: int = 2) -> ReplayComparison:
     """Run `step(*inputs)` `steps` times eagerly, then as one captured graph replayed `steps`
     times; compare step by step. `next_inputs(output, *inputs)` gives the next step's inputs
-    (the same inputs every step without it). The step is warmed up `warmup` times before the
-    capture, and those calls are undone too."""
-    model = model if model is not None else owning_module(step)
-    first = _args(inputs)
-    with preserved(model):
-        eager_inputs, eager_outputs = _eager_run(step, first, steps, next_inputs)
-    statics = _statics(first)
-    graph, static_out = _capture_undone(lambda: step(*statics), model, step_device(model, first), warmup)
-    args, largest = first, 0.0
-    for i in range(steps):
-        differs, _ = first_difference(eager_inputs[i], args)
-        if differs is not None:
-            return ReplayComparison(steps, f"step {i}: its inputs differ from eager's "
-                                           f"({differs.replace('output', 'input')})", largest)
-        for static, value in zip(statics, args):
-            if isinstance(static, torch.Tensor):
-                static.copy_(value)
-        graph.replay()
-        out = _kept(static_out)
-        differs, diff = first_difference(eager_outputs[i], out, atol, rtol)
-        if differs is not None:
-            return ReplayComparison(steps, f"step {i}: {differs}", largest)
-        largest = max(largest, diff)
-        args = _args(next_inputs(out, *args)) if next_inputs else args
-    return ReplayComparison(steps, None, largest)
+    (the same inputs every step without it); it runs between replays as between eager steps.
+    The step is warmed up `warmup` times before the capture, and those calls are undone too
+    (graphrt.graphs.sequence)."""
+    found = _compare(step, inputs, steps, next_inputs, atol, rtol, model, warmup)
+    return ReplayComparison(steps, found.divergence, found.max_abs_diff)
 
 
 def assert_lint_clean(step: Callable[..., Any], states: list[Any], *,
@@ -190,25 +156,24 @@ def assert_replays_like_eager(step: Callable[..., Any], inputs: Any, *, steps: i
                               rtol: float = 0.0, model: nn.Module | None = None,
                               lint: bool = True) -> ReplayComparison:
     """Fail unless the step is lint-clean (from the inputs of its first two steps) and a graph
-    of it replays like eager for `steps` steps (see `compare_replay`)."""
+    of it replays like eager for `steps` steps (see `compare_replay`). A failure says where:
+    the state is put back where the comparison started and the very same sequence runs again
+    with probes, each module judged within its dtype's tolerance (`localize`)."""
     model = model if model is not None else owning_module(step)
     if lint:
         first = _args(inputs)
         with preserved(model):
             second = _args(next_inputs(step(*first), *first)) if next_inputs else first
         assert_lint_clean(step, [first, second], model=model)
-    result = compare_replay(step, inputs, steps=steps, next_inputs=next_inputs, atol=atol,
-                            rtol=rtol, model=model)
+    found = _compare(step, inputs, steps, next_inputs, atol, rtol, model, warmup=2)
+    result = ReplayComparison(steps, found.divergence, found.max_abs_diff)
     if not result.matches:
-        with preserved(model):
-            states, _ = _eager_run(step, _args(inputs), steps, next_inputs)
-        where = localize(step, states, model=model, tolerances=uniform_tolerance(atol, rtol))
-        raise AssertionError(f"{result.describe()}\n{where.describe()}")
+        found.start.rewind()
+        device = step_device(model, _args(inputs))
+        probed = _compare(step, inputs, steps, next_inputs, atol, rtol, model, warmup=2,
+                          probes=tolerances_for(graph_kind(device)))
+        raise AssertionError(f"{result.describe()}\n{probed.localization.explaining(result.divergence).describe()}")
     return result
-
-
-def _named(args: tuple) -> dict[str, torch.Tensor]:
-    return {str(i): a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
 
 
 def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Module | None = None,
@@ -217,46 +182,24 @@ def localize(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modul
     """Where a graph of `step` first replays differently from eager: run `step(*states[i])`
     eagerly for every state, then capture it once with a probe on every module and replay it
     for the same states (copied into its static inputs), comparing each replay's probes with
-    the eager step's in call order (graphrt.graphs.localize). Stops at the first difference.
+    the eager step's in call order (graphrt.graphs.localize). The first step whose own inputs
+    or output differ is localized: the first probe in it that differs.
 
     `before_step(i)`, where given, sets up the world of step i: it runs before step i in both
     runs, and before the capture as for step 0. It is what a caller does between steps: rebind
     a module's tensor, replace a tensor the step reads. `tolerances`: (atol, rtol) per floating
-    dtype; by default exact on a tape, `graphrt.graphs.localize.LAST_BITS` for a CUDA
-    graph. State as in `compare_replay`: the eager run, the warmup and a tape's capture are
-    undone, the replays' writes stay.
+    dtype, relative to each value's size (graphrt.graphs.tolerance); by default exact on a
+    tape, `graphrt.graphs.tolerance.LAST_BITS` for a CUDA graph. State as in `compare_replay`:
+    the eager run, the warmup and a tape's capture are undone, the replays' writes stay.
     """
     if warmup < 1:
         raise GraphrtError(f"localize needs warmup >= 1 (its first call sizes the probes), got {warmup}")
     if not states:
         raise GraphrtError("localize needs at least one input state")
     model = model if model is not None else owning_module(step)
-    before = before_step or (lambda i: None)
     calls = [_args(state) for state in states]
-    device = step_device(model, calls[0])
-    kind = graph_kind(device)
-    eager_probes, eager_ops = [], []
-    with module_ranges(model):
-        with preserved(model):
-            for i, args in enumerate(calls):
-                before(i)
-                _, probes, ops = record_step(lambda: step(*args), model, _named(args), ops=kind == "tape")
-                eager_probes.append(probes)
-                eager_ops.append(ops)
-        before(0)
-        statics = _statics(calls[0])
-        probe_set = ProbeSet(model, _named(tuple(statics)))
-        graph, _ = _capture_undone(probe_set.wrap(lambda: step(*statics)), model, device, warmup)
-        comparer = StepComparer(eager_probes, eager_ops, tolerances if tolerances is not None else tolerances_for(kind))
-        skip = probe_set.storages()
-        for i, args in enumerate(calls):
-            if comparer.done:
-                break
-            before(i)
-            for static, value in zip(statics, args):
-                if isinstance(static, torch.Tensor):
-                    static.copy_(value)
-            graph.replay()
-            read_ops = (lambda: tape_ops([graph], skip)) if isinstance(graph, TapeGraph) else None
-            comparer.compare(probe_set.values(), probe_set.copies, probe_set.bytes, read_ops)
-    return comparer.result()
+    kind = graph_kind(step_device(model, calls[0]))
+    found = run_sequence(step, calls[0], len(calls), lambda i, out, args: calls[min(i + 1, len(calls) - 1)],
+                         model=model, warmup=warmup, check=None, before_step=before_step,
+                         probes=tolerances if tolerances is not None else tolerances_for(kind))
+    return found.localization

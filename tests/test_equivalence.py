@@ -39,7 +39,10 @@ def test_identical_generations_compare_every_kept_step():
     assert (eq.identical, eq.first_divergence, eq.compared_steps) == (True, None, STEPS)
     assert eq.max_abs_logit_diff == 0.5  # step 4, the last one, is compared too
     assert (eq.mode, eq.reference) == ("graph", "eager")
-    assert eq.describe() == "graph vs eager: tokens identical; max |Δ logits| 0.5 over 5 steps"
+    assert eq.describe() == ("graph vs eager: tokens identical; max |Δ logits| 0.5 over 5 steps, beyond float32 "
+                             "rounding at step 1 (row 0, column 0, max |Δ| 0.25 > atol 1e-05 + rtol 1e-05 × "
+                             "max |eager| 11)")
+    assert eq.differs and eq.first_step == 1
 
 
 @pytest.mark.parametrize("changes, first", [
@@ -61,7 +64,9 @@ def test_logits_are_compared_up_to_and_including_the_diverging_step():
     eq = compare(generation("eager", EAGER), graph)
     assert (eq.first_divergence, eq.compared_steps, eq.max_abs_logit_diff) == ((2, 0), 3, 0.5)
     assert eq.describe() == ("graph vs eager: tokens diverge at step 2, sequence 0; "
-                             "max |Δ logits| 0.5 over 3 steps")
+                             "max |Δ logits| 0.5 over 3 steps, beyond float32 rounding at step 0 (row 0, "
+                             "column 0, max |Δ| 0.125 > atol 1e-05 + rtol 1e-05 × max |eager| 11)")
+    assert eq.first_step == 0
 
 
 def test_only_the_steps_both_modes_kept_are_compared():

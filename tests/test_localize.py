@@ -26,6 +26,7 @@ from graphrt.engine import decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import TapeGraph, capture
 from graphrt.graphs.localize import LAST_BITS, EXACT, compare_values
+from graphrt.graphs.tolerance import ValueDifference
 from graphrt.graphs.probe import ProbeSet
 from graphrt.locate import locate
 from graphrt.testing import localize
@@ -182,7 +183,7 @@ def test_a_value_a_module_passes_to_its_child_names_that_module_not_the_child():
     assert (d.module, d.probe.name, d.step) == ("1 (Gate)", "input 0 of 1.child (Linear)", 1)
     assert where.first_op == "aten.mul.Tensor (op 1 of 2 inside it)"
     assert re.match(r"localized: 1 \(Gate\) is the first module whose replay differs from eager: its own "
-                    r"code passes input 0 of 1\.child \(Linear\) that differs \(step 1, row \d, max \|Δ\| "
+                    r"code passes input 0 of 1\.child \(Linear\) that differs \(step 1, row \d, column \d, max \|Δ\| "
                     r"[\d.]+ > 0 \(exact\)\) while everything before it matched; "
                     r"first op inside it that differs: aten\.mul\.Tensor \(op 1 of 2 inside it\) "
                     r"\(probes: 10 copies, 480 B per step\)$", where.describe())
@@ -230,7 +231,7 @@ def test_run_names_the_layer_whose_frozen_python_value_differs(cli, deep_run, mo
     equivalence = next(i for i, line in enumerate(lines) if line.startswith(f"{mode} vs eager:"))
     assert lines[equivalence + 1].startswith(
         f"  localized: model.layers.{K}.mlp (Qwen2MLP) is the first module whose replayed output "
-        "differs from eager (step 0, row ")
+        "differs from eager (step 0, element (")
     if device == "cpu":
         # the planted scaling is the MLP's last op
         assert re.search(r"first op inside it that differs: aten\.mul\.Tensor \(op (\d+) of \1 inside it\)",
@@ -253,13 +254,28 @@ def test_run_says_a_static_input_left_stale_is_a_cause_outside_the_step(cli, dee
                            "row 0, max |Δ| 16 > 0 (exact)): the cause is outside the step")
 
 
-def test_run_localizes_a_mode_whose_tokens_match_but_logits_differ(cli, deep_run):
-    deep_run(lambda model: counts_calls(model.model.layers[K].mlp, per_call=1e-5))
+def test_run_localizes_a_mode_whose_tokens_match_but_logits_differ_beyond_rounding(cli, deep_run):
+    deep_run(lambda model: counts_calls(model.model.layers[K].mlp, per_call=1e-3))
     result = cli(*run_args("graph"))
     assert result.exit_code == 0, result.output
-    assert "graph vs eager: tokens identical; max |Δ logits| " in result.output
+    assert re.search(r"graph vs eager: tokens identical; max \|Δ logits\| \S+ over 6 steps, beyond float32 "
+                     r"rounding at step 0 \(row \d, column \d+, max \|Δ\| \S+ > atol 1e-05 \+ rtol 1e-05 × "
+                     r"max \|eager\| ", result.output), result.output
     (line,) = localized_lines(result.output)
-    assert line.startswith(f"localized: model.layers.{K}.mlp (Qwen2MLP) is the first module")
+    assert line.startswith(f"localized: model.layers.{K}.mlp (Qwen2MLP) is the first module whose replayed "
+                           "output differs from eager (step 0, ")
+
+
+def test_run_localizes_nothing_where_logits_differ_within_rounding(cli, deep_run):
+    # the same frozen count, a hundred thousand times smaller: the logits move by less than
+    # float32's rounding allows, and the run neither calls that a difference nor localizes it
+    deep_run(lambda model: counts_calls(model.model.layers[K].mlp, per_call=1e-8))
+    result = cli(*run_args("graph"))
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("graph vs eager:"))
+    assert line.startswith("graph vs eager: tokens identical; max |Δ logits| ") and "0 over" not in line
+    assert line.endswith("over 6 steps, within float32 rounding")
+    assert localized_lines(result.output) == []
 
 
 def test_run_writes_the_localization_into_its_json(cli, deep_run, tmp_path):
@@ -274,7 +290,7 @@ def test_run_writes_the_localization_into_its_json(cli, deep_run, tmp_path):
 def test_run_localizes_nothing_when_every_mode_matches_eager(cli):
     result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager,piecewise,graph")
     assert result.exit_code == 0, result.output
-    assert "tokens identical; max |Δ logits| 0 " in result.output
+    assert "tokens identical; max |Δ logits| 0 over 4 steps, within float32 rounding" in result.output
     assert localized_lines(result.output) == []
 
 
@@ -346,17 +362,16 @@ def test_a_cuda_graph_or_padded_batch_is_compared_within_a_tolerance_per_dtype_i
     eager = torch.ones(2, 3)
     close = eager + torch.tensor([[0.0, 0.0, 0.0], [0.0, 4e-3, 0.0]])
     assert compare_values(eager.bfloat16(), close.bfloat16(), LAST_BITS) is None  # within bf16's 1e-2
-    row, diff, limit = compare_values(eager, close, LAST_BITS)
-    assert (row, limit) == (1, "atol 1e-05 + rtol 1e-05 × |eager|") and diff == pytest.approx(4e-3, rel=1e-4)
-    assert compare_values(torch.tensor([3, 4]), torch.tensor([3, 5]), LAST_BITS) == (1, 1.0, "0 (exact)")
-    assert compare_values(torch.tensor([float("nan")]), torch.tensor([float("nan")]), LAST_BITS) is None
-    assert compare_values(torch.tensor([1.0]), torch.tensor([float("nan")]), LAST_BITS)[1] == float("inf")
+    found = compare_values(eager, close, LAST_BITS)
+    assert (found.index, found.limit) == ((1, 1), "atol 1e-05 + rtol 1e-05 × max |eager| 1")
+    assert found.max_abs_diff == pytest.approx(4e-3, rel=1e-4)
+    assert compare_values(torch.tensor([3, 4]), torch.tensor([3, 5]), LAST_BITS) == ValueDifference((1,), 1.0, "0 (exact)")
 
 
 def test_a_tape_is_compared_bitwise():
     # a tape replays eager's very ops: a last-bit difference is already the bug
     one = torch.ones(2)
-    assert compare_values(one, one.nextafter(torch.full((2,), 2.0)), EXACT)[2] == "0 (exact)"
+    assert compare_values(one, one.nextafter(torch.full((2,), 2.0)), EXACT).limit == "0 (exact)"
     assert compare_values(one.bfloat16(), one.bfloat16(), EXACT) is None
 
 

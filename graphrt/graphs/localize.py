@@ -1,5 +1,6 @@
-"""Where a replay first goes wrong: the first probe (graphrt.graphs.probe) whose replayed value
-differs from eager's, while every probe before it matched.
+"""Where a replay first goes wrong: in the first step that differs (as the comparison that
+asked judges it), the first probe (graphrt.graphs.probe) whose replayed value differs from
+eager's, while every probe before it matched.
 
 An eager run and a probed graph start from the same state and get the same inputs; after each
 replay its probes are compared with the eager step's, in call order:
@@ -11,19 +12,22 @@ replay its probes are compared with the eager step's, in call order:
   module's input that differs names the caller that passed it. On a tape, the op inside that
   module that first differs is named too: a tape knows the module of every op it replays;
 - a value differs that the step's own code made outside any module;
-- nothing differs over the steps compared.
+- the step differs but no probe does beyond its tolerance (rounding that adds up, or a value
+  no probe holds);
+- nothing differs over the steps compared; or, where a comparison that failed asked, its
+  difference was not reproduced.
 
-Values compare exactly on a tape and within a tolerance stated per dtype for a CUDA graph
-(`tolerances_for`; integers and booleans exactly). Probes are matched with eager's by module, input or output, and call count; those
-eager has no match for (a piecewise step's pieces call some modules outside their parent's
-forward, and its attention cores run eagerly, unprobed) are skipped.
+Values compare by graphrt.graphs.tolerance's rule: exactly on a tape, within a tolerance per
+dtype relative to the value's size for a CUDA graph or a padded batch (`tolerances_for`;
+integers and booleans exactly). Probes are matched with eager's by module, input or output,
+and call count; those eager has no match for (a piecewise step's pieces call some modules
+outside their parent's forward, and its attention cores run eagerly, unprobed) are skipped.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import torch
@@ -33,41 +37,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from graphrt import nvtx
 from graphrt.graphs.probe import STEP, Probe, observe, tensor_leaves
 from graphrt.graphs.tape import TapeGraph
+from graphrt.graphs.tolerance import (EXACT, LAST_BITS, Tolerances, ValueDifference,  # noqa: F401
+                                      compare_values, tolerances_for)
 from graphrt.opcount import classify, does_work, storage_key
 
 T = TypeVar("T")
-Tolerances = Mapping[torch.dtype, tuple[float, float]]  # dtype -> (atol, rtol)
-
-# A tape replays the very ops eager ran: at the same shapes, the same bits, so any difference is
-# the bug. A batch padded to its bucket is another GEMM shape, whose kernel (on a CPU as with
-# cuBLAS) may sum in another order, and a CUDA graph may run other kernels than eager: results
-# that differ in the last bits. These leave room for that, not for a bug, which is larger by
-# orders of magnitude.
-EXACT: Tolerances = {}
-LAST_BITS: Tolerances = {
-    torch.float64: (1e-12, 1e-12),
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (1e-3, 1e-3),
-    torch.bfloat16: (1e-2, 1e-2),
-}
-
-
-def tolerances_for(kind: str, padded: bool = False) -> Tolerances:
-    """The tolerances a graph of `kind` ("tape" or "cuda") is compared with eager under;
-    `padded`: it runs a batch padded to a larger bucket."""
-    return EXACT if kind == "tape" and not padded else LAST_BITS
-
 
 # What one eager step's op values may take (a copy of everything each op wrote); above it, a
 # tape's verdict names the module without the op inside it.
 OP_VALUES_BYTES = 256 << 20
-
-
-def uniform_tolerance(atol: float, rtol: float) -> Tolerances:
-    """One tolerance for every floating dtype (none at all: exact)."""
-    if atol == rtol == 0:
-        return EXACT
-    return {dtype: (atol, rtol) for dtype in LAST_BITS}
 
 
 @dataclass(frozen=True)
@@ -76,10 +54,16 @@ class ProbeDifference:
 
     probe: Probe  # the replay's (its value: what the replay left)
     step: int
-    row: int | None  # the row (index along dim 0) of the largest difference; None for a scalar
-    max_abs_diff: float  # inf where the shapes or dtypes differ
-    limit: str  # what it exceeds, in words: "0 (exact)", "atol 1e-05 + rtol 1e-05 × |eager|";
-    #             where the shapes or dtypes differ, how
+    value: ValueDifference  # where in it, how far, beyond what
+
+    @property
+    def row(self) -> int | None:
+        """The index along dim 0 of the element that differs most; None for a scalar."""
+        return self.value.index[0] if self.value.index else None
+
+    @property
+    def max_abs_diff(self) -> float:
+        return self.value.max_abs_diff
 
     @property
     def kind(self) -> str:
@@ -96,42 +80,6 @@ class ProbeDifference:
         if self.probe.where == STEP:
             return None
         return self.probe.caller if self.probe.what.startswith("input") else self.probe.where
-
-
-def _tolerance(dtype: torch.dtype, tolerances: Tolerances) -> tuple[float, float] | None:
-    """(atol, rtol) for a floating dtype that has one; None: exact."""
-    return tolerances.get(dtype) if dtype.is_floating_point else None
-
-
-def compare_values(eager: torch.Tensor, replay: torch.Tensor, tolerances: Tolerances, rows: int | None = None
-                   ) -> tuple[int | None, float, str] | None:
-    """(row, max |Δ|, limit) where `replay` differs from `eager` beyond its dtype's tolerance;
-    None where it does not. `rows`: compare only the first rows of a replayed value whose first
-    dimension is longer than eager's `rows` (a graph padded to its bucket)."""
-    if rows is not None and replay.dim() and eager.dim() and replay.shape[0] > eager.shape[0] == rows:
-        replay = replay[:rows]
-    if eager.shape != replay.shape or eager.dtype != replay.dtype:
-        return None, math.inf, f"shape or dtype: {replay.dtype} {list(replay.shape)}, eager's {eager.dtype} {list(eager.shape)}"
-    if eager.numel() == 0:
-        return None
-    tolerance = _tolerance(eager.dtype, tolerances)
-    a, b = eager.double(), replay.double()
-    diff = (a - b).abs()
-    if tolerance is None:
-        excess, limit = diff, "0 (exact)"
-    else:
-        atol, rtol = tolerance
-        excess, limit = diff - (atol + rtol * a.abs()), f"atol {atol:g} + rtol {rtol:g} × |eager|"
-    # equal values are no difference, infinities too (an additive mask's -inf minus itself is
-    # nan), and nan matches nan; any other nan is as far off as can be
-    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    diff = torch.where(same, 0.0, diff)
-    excess = torch.where(same, 0.0, excess.nan_to_num(nan=math.inf))
-    if not (excess > 0).any():
-        return None
-    worst = int(excess.reshape(-1).argmax())
-    row = int(torch.unravel_index(torch.tensor(worst), eager.shape)[0]) if eager.dim() else None
-    return row, float(diff.nan_to_num(nan=math.inf).max()), limit
 
 
 def first_difference(eager: Sequence[Probe], replay: Sequence[Probe], step: int,
@@ -153,7 +101,7 @@ def first_difference(eager: Sequence[Probe], replay: Sequence[Probe], step: int,
             continue              # some modules outside their parent's forward)
         found = compare_values(reference[key].value, probe.value, tolerances, rows)
         if found is not None:
-            return ProbeDifference(probe, step, *found)
+            return ProbeDifference(probe, step, found)
     return None
 
 
@@ -260,9 +208,18 @@ def first_op_inside(module: str, eager: Sequence[OpValue], replay: Sequence[OpVa
 # The verdict
 
 
+_PROBES = "the step's inputs, each module's inputs and output, the step's output"
+
+
 @dataclass(frozen=True)
 class Localization:
-    """What comparing a probed replay with eager, step by step, found."""
+    """What comparing a probed replay with eager, step by step, found.
+
+    A step is blamed only where it differs as the comparison judges it (`step_difference`:
+    its tokens or output beyond the comparison's tolerance); then the first probe beyond its
+    dtype's tolerance names the place. `expected`, where this explains a comparison that failed,
+    is what that comparison saw: a re-run that finds no step differing says it did not
+    reproduce it, never that there is no difference."""
 
     steps: int  # steps compared (up to and including the one that differs)
     probes: int  # probes per step
@@ -270,20 +227,43 @@ class Localization:
     bytes: int  # bytes they copy per step
     difference: ProbeDifference | None
     first_op: str | None = None  # on a tape: the first op inside the module that differs
+    step_difference: str | None = None  # the step that differs, as the comparison says it
+    stopped_at: int | None = None  # that step's index
+    exact: bool = True  # probes compared exactly (else within a per-dtype tolerance)
+    expected: str | None = None  # the failed comparison this explains
 
     @property
     def verdict(self) -> str:
-        """"none", or the kind of the first difference: "inputs", "module" or "step"."""
-        return "none" if self.difference is None else self.difference.kind
+        """"none"; "unreproduced": the comparison it explains failed, this re-run did not;
+        "rounding": a step differs but no probe beyond its tolerance; else the kind of the first
+        difference: "inputs", "module" or "step"."""
+        if self.stopped_at is None:
+            return "none" if self.expected is None else "unreproduced"
+        return "rounding" if self.difference is None else self.difference.kind
+
+    def explaining(self, comparison: str) -> Localization:
+        """This localization as the explanation of `comparison`, a comparison that failed."""
+        return replace(self, expected=comparison)
 
     def describe(self) -> str:
         d = self.difference
         cost = f"probes: {self.copies} copies, {_size(self.bytes)} per step"
+        if self.verdict == "none":
+            return (f"localized: no difference: every probe ({_PROBES}) matches eager over "
+                    f"{self.steps} steps ({cost})")
+        if self.verdict == "unreproduced":
+            return (f"localized: not reproduced: the comparison differed ({self.expected}); a probed "
+                    f"re-run of the same steps matched eager over {self.steps} steps. Something "
+                    f"differs from run to run: the step or what runs between its steps is not "
+                    f"deterministic, state outside the model is not put back between the runs, or "
+                    f"the probes' copies change what memory the graph reuses ({cost})")
         if d is None:
-            return (f"localized: no difference: every probe (the step's inputs, each module's inputs "
-                    f"and output, the step's output) matches eager over {self.steps} steps ({cost})")
-        at = f"step {d.step}{'' if d.row is None else f', row {d.row}'}, " + (
-            d.limit if math.isinf(d.max_abs_diff) else f"max |Δ| {d.max_abs_diff:.3g} > {d.limit}")
+            beyond = "at all" if self.exact else "beyond rounding (per dtype, relative to its size)"
+            return (f"localized: step {self.stopped_at} differs ({self.step_difference}), but no probe "
+                    f"({_PROBES}) differs {beyond}: the difference adds up from rounding (a near tie "
+                    f"between tokens), or lies in a value no probe holds (a Python value the step "
+                    f"returns) ({cost})")
+        at = f"step {d.step}, {d.value.describe()}"
         if d.kind == "inputs":
             return (f"localized: the step's inputs already differ ({d.probe.what}, {at}): the cause "
                     f"is outside the step, in what fills its inputs ({cost})")
@@ -301,42 +281,62 @@ class Localization:
 
     def as_dict(self) -> dict[str, Any]:
         d = self.difference
+        index = list(d.value.index) if d is not None and d.value.index else None
         return {"verdict": self.verdict, "module": d and d.module, "probe": d and d.probe.name,
-                "step": d and d.step, "row": d and d.row, "max_abs_diff": d and d.max_abs_diff,
-                "first_op": self.first_op, "steps": self.steps, "probe_copies": self.copies,
-                "probe_bytes": self.bytes, "text": self.describe()}
+                "step": self.stopped_at, "row": index and index[0],
+                "column": index[1] if index and len(index) == 2 else None, "index": index,
+                "max_abs_diff": d and d.max_abs_diff, "first_op": self.first_op,
+                "step_difference": self.step_difference, "comparison": self.expected,
+                "steps": self.steps, "probe_copies": self.copies, "probe_bytes": self.bytes,
+                "text": self.describe()}
 
 
 def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
+BY_OUTPUT = "by the step's own probes"  # StepComparer.compare: judge the step by its own inputs and output
+
+
 class StepComparer:
     """Compares one replayed step after another with the eager run's probes (and, on a tape,
-    its ops); stops at the first difference, which `result()` then reports."""
+    its ops); stops at the first step that differs, which `result()` then reports."""
 
     def __init__(self, eager_probes: Sequence[Sequence[Probe]], eager_ops: Sequence[Sequence[OpValue] | None],
                  tolerances: Tolerances, rows: int | None = None) -> None:
         self.eager_probes, self.eager_ops = eager_probes, eager_ops
         self.tolerances, self.rows = tolerances, rows
         self.compared = 0
+        self.stopped_at: int | None = None
+        self.step_difference: str | None = None
         self.difference: ProbeDifference | None = None
         self.first_op: str | None = None
         self.probes = self.copies = self.bytes = 0
 
     @property
     def done(self) -> bool:
-        return self.difference is not None or self.compared >= len(self.eager_probes)
+        return self.stopped_at is not None or self.compared >= len(self.eager_probes)
 
     def compare(self, replayed: Sequence[Probe], copies: int, nbytes: int,
-                read_tape_ops: Callable[[], list[OpValue]] | None = None) -> None:
-        """Step `self.compared`'s probes as the replay left them; `read_tape_ops` reads the
-        tape's ops of the same replay (on a tape; called only where a module differs)."""
+                read_tape_ops: Callable[[], list[OpValue]] | None = None,
+                step_difference: str | None = BY_OUTPUT) -> None:
+        """Step `self.compared`'s probes as the replay left them. `step_difference`: how the
+        step differs as the comparison judges it (its tokens, its output beyond the
+        comparison's tolerance), None where it matches: a step that matches blames nothing.
+        By default the step is judged by its own probes (its inputs and output). `read_tape_ops`
+        reads the tape's ops of the same replay (on a tape; called only where a module differs)."""
         if self.done:
             return
         step = self.compared
         self.compared += 1
         self.probes, self.copies, self.bytes = len(replayed), copies, nbytes
+        if step_difference is BY_OUTPUT:
+            own = first_difference([p for p in self.eager_probes[step] if p.where == STEP],
+                                   [p for p in replayed if p.where == STEP], step, self.tolerances, self.rows)
+            step_difference = None if own is None else f"{own.probe.name} differs, {own.value.describe()}"
+        if step_difference is None:
+            return
+        self.stopped_at, self.step_difference = step, step_difference
         self.difference = first_difference(self.eager_probes[step], replayed, step, self.tolerances, self.rows)
         eager_ops = self.eager_ops[step]
         if self.difference is not None and self.difference.kind == "module" and read_tape_ops is not None \
@@ -345,5 +345,5 @@ class StepComparer:
                                             self.tolerances, self.rows)
 
     def result(self) -> Localization:
-        return Localization(self.compared, self.probes, self.copies, self.bytes, self.difference, self.first_op)
-
+        return Localization(self.compared, self.probes, self.copies, self.bytes, self.difference,
+                            self.first_op, self.step_difference, self.stopped_at, not self.tolerances)

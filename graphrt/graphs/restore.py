@@ -55,10 +55,10 @@ class WriteBackup(TorchDispatchMode):
         return out
 
     def restore(self) -> None:
+        """Copy every saved storage back (as often as asked: the copies are kept)."""
         with torch.inference_mode():
             for storage, copy in self.saved.values():
                 storage.copy_(copy)
-        self.saved.clear()
 
 
 def _copy_of(value: Any) -> Any:
@@ -84,8 +84,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class AttributeSnapshot:
-    """The plain attributes (not parameters, buffers or submodules) of every module of a model,
-    as they were when the snapshot was taken."""
+    """The plain attributes of every module of a model, as they were when the snapshot was
+    taken; and which tensor or module each parameter, buffer and submodule name was bound to
+    (restored, but not among the `changes`: rebinding one is what a caller does between
+    steps, such as a weight reload that assigns instead of copying)."""
 
     def __init__(self, model: nn.Module | None) -> None:
         # name -> (module, attribute, value, a copy of a container's items)
@@ -96,6 +98,8 @@ class AttributeSnapshot:
                 if key not in _MODULE_INTERNALS:
                     name = f"{qualname}.{key}" if qualname else key
                     self.values[name] = (module, key, value, _copy_of(value))
+        self.bindings = [(table, dict(table)) for module in self.modules
+                         for table in (module._parameters, module._buffers, module._modules)]
 
     def changes(self, later: AttributeSnapshot) -> list[tuple[str, Any, Any]]:
         """(name, value then, value in `later`) of every attribute that differs, or is new."""
@@ -111,7 +115,10 @@ class AttributeSnapshot:
 
     def restore(self) -> None:
         """Put every attribute back (an in-place edited list gets its old items back) and drop
-        the ones added since."""
+        the ones added since; bind every parameter, buffer and submodule name as it was."""
+        for table, bound in self.bindings:
+            table.clear()
+            table.update(bound)
         for module in self.modules:
             for key in [k for k in vars(module) if k not in _MODULE_INTERNALS]:
                 del vars(module)[key]
@@ -124,6 +131,38 @@ class AttributeSnapshot:
             vars(module)[key] = value
 
 
+class Start:
+    """The state a block starts from: the plain attributes of `model`'s modules, the
+    random-number generators' state, and (`backup`, while it is entered) every pre-existing
+    tensor written in place."""
+
+    def __init__(self, model: nn.Module | None, skip: set[int] = frozenset()) -> None:
+        self.attributes = AttributeSnapshot(model)
+        self.cpu_rng = torch.random.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # pragma: no mutate (CUDA only)
+        self.backup = WriteBackup(skip)
+
+    def rewind(self) -> None:
+        """Put it all back, as often as asked: after the block, and again after whatever ran
+        since that writes the same tensors (a graph replaying the block's step)."""
+        self.backup.restore()
+        self.attributes.restore()
+        torch.random.set_rng_state(self.cpu_rng)
+        if self.cuda_rng is not None:  # pragma: no mutate block (CUDA only)
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+
+
+@contextlib.contextmanager
+def rewound(model: nn.Module | None, skip: set[int] = frozenset()) -> Iterator[Start]:
+    """`preserved`, yielding the `Start` it puts back, which can put it back again later."""
+    start = Start(model, skip)
+    try:
+        with start.backup:
+            yield start
+    finally:
+        start.rewind()
+
+
 @contextlib.contextmanager
 def preserved(model: nn.Module | None, skip: set[int] = frozenset()) -> Iterator[WriteBackup]:
     """Run the block, then put back every pre-existing tensor it wrote in place, every plain
@@ -131,16 +170,5 @@ def preserved(model: nn.Module | None, skip: set[int] = frozenset()) -> Iterator
 
     `skip` names storages (by `opcount.storage_key`) not worth restoring.
     """
-    attributes = AttributeSnapshot(model)
-    cpu_rng = torch.random.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # pragma: no mutate (CUDA only)
-    backup = WriteBackup(skip)
-    try:
-        with backup:
-            yield backup
-    finally:
-        backup.restore()
-        attributes.restore()
-        torch.random.set_rng_state(cpu_rng)
-        if cuda_rng is not None:  # pragma: no mutate block (CUDA only)
-            torch.cuda.set_rng_state_all(cuda_rng)
+    with rewound(model, skip) as start:
+        yield start.backup
