@@ -104,7 +104,7 @@ _NO_ARGS = _Args()
 def _add(trace: Trace, e: _Event, names: dict[str, str]) -> None:
     """One complete event into the trace's columns (kernels with no launch yet)."""
     cat, ts, dur = e.cat, e.ts, e.dur
-    start = ts * 1000 if type(ts) is int else _ns(ts)  # a missing ts is a TypeError here
+    start = ts * 1000 if type(ts) is int else _ns(ts if ts is not None else _missing("ts"))
     end = start + (dur * 1000 if type(dur) is int else _ns(dur or 0))
     if cat in OP_CATEGORIES or cat in RANGE_CATEGORIES or cat in API_CATEGORIES or cat in KERNEL_CATEGORIES:
         name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
