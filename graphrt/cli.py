@@ -1,25 +1,29 @@
-"""The `graphrt` command line."""
+"""The `graphrt` command line.
+
+Each command's module is imported only when that command runs (or its --help is asked for):
+`graphrt --help` lists them from COMMANDS without importing torch, which takes seconds.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 
 import click
-from click.core import ParameterSource
-from tabulate import tabulate
 
-from graphrt import __version__, hardware, report, runner, text
-from graphrt.backends.factory import GROUPS, MODES
-from graphrt.bench.command import bench
+from graphrt import __version__
 from graphrt.errors import GraphrtError, first_line
-from graphrt.io import check_writable, write_json
-from graphrt.nvtx import check_recording
-from graphrt.options import decode_options
-from graphrt.parallel import launch, ranks
-from graphrt.runner import RunSpec
-from graphrt.trace.commands import analyze, trace
 
-MODE_CHOICES = (*MODES, *GROUPS)
+# name -> (module, attribute, the help `graphrt --help` lists: the command's own, cut to SHORT_HELP)
+SHORT_HELP = 58  # characters of a command's help that `graphrt --help` lists
+COMMANDS = {
+    "analyze": ("graphrt.trace.commands", "analyze", "Per-step launches, launch delay, launch CPU time and..."),
+    "bench": ("graphrt.bench.command", "bench", "Sweep a scenario (a TOML file, or the name of one in..."),
+    "info": ("graphrt.run_command", "info", "Versions, the device, and whether Nsight Systems is on..."),
+    "run": ("graphrt.run_command", "run", "Decode a prompt batch through each mode and print a..."),
+    "trace": ("graphrt.trace.commands", "trace", "Record the decode steps after warmup under Nsight..."),
+}
 
 
 class _Group(click.Group):
@@ -30,8 +34,26 @@ class _Group(click.Group):
     line: when a rank dies the others fail in their next collective ("connection closed by
     peer"), and the launcher, which stops them all, names the rank that failed first."""
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands and their one-line help, without importing them."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][2]) for name in self.list_commands(ctx)])
+
     def invoke(self, ctx: click.Context):
-        rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
+        rank = ""
+        if "RANK" in os.environ:  # maybe one rank of a tensor-parallel run: only then import torch
+            from graphrt.parallel import ranks
+
+            rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
         try:
             return super().invoke(ctx)
         except GraphrtError as e:
@@ -51,88 +73,3 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="graphrt")
 def main() -> None:
     """Show, measure and explain what CUDA Graph replay removes from LLM decoding."""
-
-
-@main.command()
-@decode_options(steps=RunSpec.steps, steps_help="Decode steps; each generates one token per sequence.",
-                warmup_help="Leading decode steps that run but are not timed")
-@click.option("--max-seq-len", type=int, default=RunSpec.max_seq_len,
-              help="KV-cache length [default: prompt-len + steps].")
-@click.option("--mode", default=RunSpec.mode, show_default=True,
-              help=f"One of {', '.join(MODE_CHOICES)}, or a comma list such as eager,piecewise,graph.")
-@click.option("--nvtx/--no-nvtx", default=True, show_default=True,
-              help="An NVTX range around every module call and every step.")
-@click.option("--prompt", "prompts", multiple=True,
-              help="Text to continue, encoded with the model directory's tokenizer.json; repeat "
-                   "it for one row per prompt, or give one for all --batch rows [default: random ids].")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="Also write every figure, the prompt and the generated ids (and text) here.")
-def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
-    """Decode a prompt batch through each mode and print a table of step latency, throughput
-    and ops per step, and whether each mode generates what eager does."""
-    if launch.relaunched(options):
-        return
-    _run(json_path, prompts, options)
-
-
-def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:
-    leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
-    echo = click.echo if leader else (lambda *args, **kwargs: None)
-    if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
-        raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
-                           "give one of the two")
-    tokenizer = text.load_tokenizer(options["model"]) if prompts else None
-    if tokenizer:
-        options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
-    spec = RunSpec(**options)
-    if json_path and leader:
-        check_writable(json_path)
-    if warning := check_recording():
-        echo(f"warning: {warning}", err=True)
-
-    def generated(result: runner.RunResult) -> dict:
-        return {mode: gen.tokens for mode, gen in result.generations.items()}
-
-    def document(result: runner.RunResult) -> dict:
-        doc = report.to_dict(result)
-        if tokenizer:
-            text.add_text(doc, tokenizer, generated(result))
-        return doc
-
-    def mode_done(result: runner.RunResult, mode: str) -> None:
-        if len(result.generations) == 1:
-            echo(report.header(result))
-            echo(report.timing_header())
-        echo(report.timing_row(result, mode))
-        if json_path and leader:  # after every mode: a later failure or a timeout keeps what ran
-            write_json(json_path, document(result))
-
-    result = runner.run(spec, on_mode=lambda m: echo(f"running {m}…", err=True), on_done=mode_done)
-    echo(report.launches_table(result))
-    if result.per_rank:
-        echo(f"\n{result.ranks.world} ranks, each figure the slowest rank's unless per rank:")
-        echo(report.ranks_table(result))
-    for line in [*report.summary_lines(result), *report.ranks_lines(result)]:
-        echo(line)
-    if tokenizer:
-        echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))
-    if json_path and leader:
-        write_json(json_path, document(result))
-        echo(f"wrote {json_path}")
-
-
-@main.command()
-@click.option("--measure", is_flag=True, help="Also measure copy bandwidth and matmul FLOP/s "
-              "here (a few seconds) and name the device's datasheet peaks.")
-def info(measure: bool) -> None:
-    """Versions, the device, and whether Nsight Systems is on PATH."""
-    device = runner.resolve_device("auto")
-    facts = hardware.describe(device)
-    if measure:
-        facts.update(hardware.measured_facts(
-            hardware.measure(device, runner.resolve_dtype("auto", device))))
-    click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
-
-
-for command in (analyze, trace, bench):
-    main.add_command(command)

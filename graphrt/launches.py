@@ -10,33 +10,16 @@ from typing import Any
 import torch
 from torch.autograd import DeviceType
 
+from graphrt.launch_names import launch_kind
 from graphrt.nvtx import nvtx_range
 from graphrt.opcount import op_names
 from graphrt.profiling import profiler_session
 
 # Host-side calls that put work on the GPU; `cudaGraphLaunch` puts a whole graph there at once.
 # ROCm's HIP names read the same way (a ROCm torch.profiler trace says hipGraphLaunch).
-GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
-# Any other launch: cudaLaunchKernel(ExC), cudaLaunchCooperativeKernel, cudaLaunchHostFunc, the
-# driver's cuLaunchKernel(Ex), HIP's hipLaunchKernel, hipModuleLaunchKernel,
-# hipExtModuleLaunchKernel, ...
-KERNEL_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipModuleLaunch", "hipExtModuleLaunch",
-                          "hipExtLaunch")
 # Copies and fills: the runtime's, the driver's (cuMemcpyHtoDAsync_v2, ...) and HIP's
 COPY_API_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
 COUNT_RANGE = "count[{}]"  # the range each counted step runs in
-
-
-def launch_kind(api_name: str) -> str | None:
-    """"graph" for cudaGraphLaunch* (and HIP's), "kernel" for the other launch APIs, None for the
-    rest.
-
-    The one definition of a launch call, for `graphrt run`'s count and `graphrt analyze`'s."""
-    if api_name.startswith(GRAPH_LAUNCH_APIS):
-        return "graph"
-    if api_name.startswith(KERNEL_LAUNCH_PREFIXES):
-        return "kernel"
-    return None
 
 
 def is_kernel_event(event: Any) -> bool:

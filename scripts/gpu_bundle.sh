@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 dest=.whl
-# What the device image lacks (nvtx), and the rest of graphrt's core in case an image lacks it.
-packages=(nvtx click tabulate safetensors)
+# What the device image lacks (nvtx, msgspec), and the rest of graphrt's core in case an image lacks it.
+packages=(nvtx msgspec click tabulate safetensors)
 pins=()
 for p in "${packages[@]}"; do pins+=("$(grep -E "^$p==" constraints.txt || echo "$p")"); done
 mkdir -p "$dest"

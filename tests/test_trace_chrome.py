@@ -91,18 +91,19 @@ def test_kernels_link_to_their_runtime_calls_by_correlation(tmp_path):
     assert (step.gpu_busy_ns, step.gpu_idle_ns, step.idle_gaps) == (12_500, 2_500, 1)
 
 
-@pytest.mark.parametrize("content, why", [
-    ('{"displayTimeUnit": "ms"}', "no traceEvents"),
-    ('[{"name": "x"}]', "events without ph"),
-    ('{"traceEvents": 5}', "traceEvents not a list"),
+@pytest.mark.parametrize("content, where", [
+    ('{"displayTimeUnit": "ms"}', ""),  # no traceEvents
+    ('[{"name": "x"}]', " (traceEvents[0]: Object missing required field `ph`)"),
+    ('{"traceEvents": [{"ph": "M"}, 5]}', " (traceEvents[1]: Expected `object`, got `int`)"),
+    ('{"traceEvents": 5}', ""),  # traceEvents not a list
 ])
-def test_json_that_is_not_a_chrome_trace_is_refused(tmp_path, content, why):
+def test_json_that_is_not_a_chrome_trace_is_refused_naming_the_event(tmp_path, content, where):
     path = tmp_path / "other.json"
     path.write_text(content)
     with pytest.raises(GraphrtError) as refused:
         load_trace(path)
     assert str(refused.value) == (f"{path}: JSON but not a Chrome trace; expected a list of events with "
-                                  "a 'ph' field, or an object holding one in 'traceEvents'")
+                                  f"a 'ph' field, or an object holding one in 'traceEvents'{where}")
 
 
 def test_a_complete_event_without_a_timestamp_is_refused(tmp_path):

@@ -12,18 +12,19 @@ from pathlib import Path
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.chrome import GZIP_MAGIC, read_chrome_trace
-from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace
+from graphrt.trace.model import ApiCall, CpuOp, Kernel, Progress, Range, Trace
 from graphrt.trace.nsys_sqlite import REPORT_SUFFIXES, SQLITE_MAGIC, read_nsys_report, read_nsys_sqlite
 
 __all__ = ["ApiCall", "CpuOp", "Kernel", "Range", "Trace", "load_trace", "read_chrome_trace",
            "read_nsys_report", "read_nsys_sqlite"]
 
 
-def load_trace(path: str | Path) -> Trace:
+def load_trace(path: str | Path, progress: Progress | None = None) -> Trace:
     """Read a trace file, telling the format from its content (a report by its suffix).
 
     Raises GraphrtError, naming the file, for a missing file or one that is none of: an Nsight
     Systems SQLite export, a `.nsys-rep` report (needs `nsys` on PATH), a Chrome-trace JSON.
+    `progress(bytes of the file read, events so far)` is called as a big file is read.
     """
     path = Path(path)
     if not path.is_file():
@@ -33,8 +34,8 @@ def load_trace(path: str | Path) -> Trace:
     with path.open("rb") as f:
         head = f.read(64)
     if head.startswith(SQLITE_MAGIC):
-        return read_nsys_sqlite(path)
+        return read_nsys_sqlite(path, progress)
     if head.startswith(GZIP_MAGIC) or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
-        return read_chrome_trace(path)
+        return read_chrome_trace(path, progress)
     raise GraphrtError(f"{path}: neither an Nsight Systems export (SQLite or .nsys-rep) nor a "
                        "Chrome-trace JSON from torch.profiler")

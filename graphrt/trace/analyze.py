@@ -20,10 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphrt.launches import launch_kind
+import numpy as np
+
 from graphrt.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
-from graphrt.trace.membership import Membership
-from graphrt.trace.model import Trace
+from graphrt.trace.membership import Membership, call_kinds
+from graphrt.trace.model import ABSENT, Table, Trace
 from graphrt.trace.names import group_name, is_step
 
 
@@ -47,18 +48,21 @@ def range_kind(name: str) -> str | None:
 
 def busy_and_gaps(intervals: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
     """(time covered by the union of the intervals, the gaps between them), in ns."""
-    busy, gaps = 0, []
-    cursor: int | None = None  # the latest end seen so far
-    for start, end in sorted(intervals):
-        if cursor is None or start > cursor:
-            if cursor is not None:
-                gaps.append(start - cursor)
-            busy += end - start
-            cursor = end
-        elif end > cursor:
-            busy += end - cursor
-            cursor = end
-    return busy, gaps
+    spans = np.array(list(intervals), dtype=np.int64).reshape(-1, 2)
+    return busy_and_gaps_of(spans[:, 0], spans[:, 1])
+
+
+def busy_and_gaps_of(starts: np.ndarray, ends: np.ndarray) -> tuple[int, list[int]]:
+    """`busy_and_gaps` of the intervals (starts[i], ends[i]): in (start, end) order, each adds
+    what it reaches past the latest end before it, and leaves a gap where it starts after that."""
+    if not len(starts):
+        return 0, []
+    order = np.lexsort((ends, starts))
+    starts, ends = starts[order], ends[order]
+    before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+    busy = int(np.maximum(0, ends - np.maximum(starts, before)).sum())
+    gaps = (starts - before)[1:][starts[1:] > before[1:]]
+    return busy, gaps.tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,19 +183,23 @@ class TraceReport:
 
 def unlinked_graph_launches(trace: Trace) -> set[int]:
     """The graph launch calls (by index into `trace.api_calls`) that no kernel is linked to."""
-    linked = {k.launch for k in trace.kernels}
-    return {i for i, c in enumerate(trace.api_calls) if launch_kind(c.name) == "graph" and i not in linked}
+    linked = set(np.unique(trace.kernels.ints("launch")).tolist())
+    return {i for i, kind in enumerate(call_kinds(trace.api_calls)) if kind == "graph" and i not in linked}
 
 
-def _step(trace: Trace, att: Membership, r: int, unlinked: set[int]) -> StepFigures:
-    """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels."""
-    kernels = [trace.kernels[i] for i in att.kernels[r]]
+def _durations(table: Table, rows: list[int]) -> np.ndarray:
+    index = np.array(rows, dtype=np.int64)
+    return table.ints("end_ns")[index] - table.ints("start_ns")[index]
+
+
+def _step(trace: Trace, att: Membership, r: int, unlinked: set[int], kinds: list[str | None]) -> StepFigures:
+    """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels;
+    `kinds`: each call's launch kind."""
+    kernels = np.array(att.kernels[r], dtype=np.int64)
     launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
-    for i in att.launches[r]:
-        call = trace.api_calls[i]
-        launch_ns[launch_kind(call.name)].append(call.duration_ns)
-    busy, gaps = busy_and_gaps((k.start_ns, k.end_ns) for k in kernels)
-    ops = [trace.cpu_ops[i] for i in att.ops[r]]
+    for i, ns in zip(att.launches[r], _durations(trace.api_calls, att.launches[r]).tolist()):
+        launch_ns[kinds[i]].append(ns)  # type: ignore[index]: launch calls only
+    busy, gaps = busy_and_gaps_of(trace.kernels.ints("start_ns")[kernels], trace.kernels.ints("end_ns")[kernels])
     rng = trace.ranges[r]
     figures = StepFigures(
         name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(kernels),
@@ -199,84 +207,83 @@ def _step(trace: Trace, att: Membership, r: int, unlinked: set[int]) -> StepFigu
         graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
         gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
         median_gap_ns=statistics.median(gaps) if gaps else 0,
-        cpu_ops=len(ops), cpu_op_ns=sum(op.end_ns - op.start_ns for op in ops))
+        cpu_ops=len(att.ops[r]), cpu_op_ns=int(_durations(trace.cpu_ops, att.ops[r]).sum()))
     if not (unlinked and launch_ns["graph"]):
         return figures
     # one graph launch of the trace without kernels: those of the others cannot be trusted either
     return dataclasses.replace(figures, **dict.fromkeys(KERNEL_FIGURES))
 
 
-def _step_groups(trace: Trace, att: Membership, unlinked: set[int]) -> list[StepGroup]:
+def _step_groups(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[StepGroup]:
     groups: dict[str, list[StepFigures]] = {}
     steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
                    key=lambda r: trace.ranges[r].start_ns)
     for r in steps:
-        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r, unlinked))
+        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r, unlinked, kinds))
     return [StepGroup(name, figures) for name, figures in groups.items()]
 
 
 def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int],
-             unlinked: set[int]) -> RangeFigures:
+             unlinked: set[int], kinds: list[str | None]) -> RangeFigures:
     # kernels unknown around a graph launch where the trace's graph kernels are not linked (_step)
-    unknown = bool(unlinked) and any(launch_kind(trace.api_calls[i].name) == "graph"
-                                     for r in members for i in att.launches[r])
+    unknown = bool(unlinked) and any(kinds[i] == "graph" for r in members for i in att.launches[r])
+    kernels = [i for r in members for i in att.kernels[r]]
     return RangeFigures(
-        key=key, domain=domain, count=len(members),
-        total_ns=sum(trace.ranges[r].duration_ns for r in members),
-        kernels=None if unknown else sum(len(att.kernels[r]) for r in members),
-        gpu_ns=None if unknown else sum(trace.kernels[i].duration_ns for r in members for i in att.kernels[r]),
+        key=key, domain=domain, count=len(members), total_ns=int(_durations(trace.ranges, members).sum()),
+        kernels=None if unknown else len(kernels),
+        gpu_ns=None if unknown else int(_durations(trace.kernels, kernels).sum()),
         cpu_ops=sum(len(att.ops[r]) for r in members))
 
 
-def _by_kind(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
+def _by_kind(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[RangeFigures]:
     """Per module kind, its outermost ranges: a range inside another of the same kind (q_proj
     inside self_attn) is already counted in it."""
-    kinds = [range_kind(rng.name) for rng in trace.ranges]
+    module_kinds = [range_kind(name) for name in trace.ranges.strings("name")]
     outermost: dict[str, list[int]] = defaultdict(list)
-    for r, kind in enumerate(kinds):
+    for r, kind in enumerate(module_kinds):
         if kind is None:
             continue
         p = att.parent[r]
-        while p is not None and kinds[p] != kind:
+        while p is not None and module_kinds[p] != kind:
             p = att.parent[p]
         if p is None:
             outermost[kind].append(r)
-    return [_figures(trace, att, kind, "", outermost[kind], unlinked) for kind in KINDS if outermost[kind]]
+    return [_figures(trace, att, kind, "", outermost[kind], unlinked, kinds) for kind in KINDS if outermost[kind]]
 
 
-def _by_name(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
+def _by_name(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for r, rng in enumerate(trace.ranges):
-        named[(rng.domain, group_name(rng.name))].append(r)
-    return sorted((_figures(trace, att, name, domain, members, unlinked) for (domain, name), members in named.items()),
-                  key=lambda f: (-f.total_ns, f.key))
+    for r, (domain, name) in enumerate(zip(trace.ranges.strings("domain"), trace.ranges.strings("name"))):
+        named[(domain, group_name(name))].append(r)
+    return sorted((_figures(trace, att, name, domain, members, unlinked, kinds)
+                   for (domain, name), members in named.items()), key=lambda f: (-f.total_ns, f.key))
 
 
 def _devices(trace: Trace) -> list[DeviceFigures]:
-    per_device: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for k in trace.kernels:
-        per_device[k.device].append((k.start_ns, k.end_ns))
-    return [DeviceFigures(device=d, kernels=len(iv), kernel_ns=sum(e - s for s, e in iv),
-                          busy_ns=busy_and_gaps(iv)[0],
-                          span_ns=max(e for _, e in iv) - min(s for s, _ in iv))
-            for d, iv in sorted(per_device.items())]
+    devices, starts, ends = (trace.kernels.ints(c) for c in ("device", "start_ns", "end_ns"))
+    figures = []
+    for d in np.unique(devices).tolist():
+        s, e = starts[devices == d], ends[devices == d]
+        figures.append(DeviceFigures(device=d, kernels=len(s), kernel_ns=int((e - s).sum()),
+                                     busy_ns=busy_and_gaps_of(s, e)[0], span_ns=int(e.max() - s.min())))
+    return figures
 
 
 def analyze(trace: Trace, att: Membership | None = None) -> TraceReport:
     """Every figure graphrt reports for one trace (`att`: its Membership, if already made)."""
     att = att or Membership.of(trace)
-    launch_kinds = [launch_kind(c.name) for c in trace.api_calls]
+    kinds = call_kinds(trace.api_calls)
     counts = {"ranges": len(trace.ranges), "kernels": len(trace.kernels),
               "api_calls": len(trace.api_calls), "cpu_ops": len(trace.cpu_ops),
-              "kernel_launches": launch_kinds.count("kernel"), "graph_launches": launch_kinds.count("graph"),
-              "kernels_without_launch": sum(k.launch is None for k in trace.kernels)}
+              "kernel_launches": kinds.count("kernel"), "graph_launches": kinds.count("graph"),
+              "kernels_without_launch": int((trace.kernels.ints("launch") == ABSENT).sum())}
     unlinked = unlinked_graph_launches(trace)
     counts["graph_launches_without_kernels"] = len(unlinked)
-    groups = _step_groups(trace, att, unlinked)
+    groups = _step_groups(trace, att, unlinked, kinds)
     return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
                        notes=_notes(trace, counts, bool(groups)), devices=_devices(trace),
-                       step_groups=groups, by_kind=_by_kind(trace, att, unlinked),
-                       by_name=_by_name(trace, att, unlinked))
+                       step_groups=groups, by_kind=_by_kind(trace, att, unlinked, kinds),
+                       by_name=_by_name(trace, att, unlinked, kinds))
 
 
 def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:

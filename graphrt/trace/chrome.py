@@ -14,26 +14,54 @@ graphrt uses; by category (`cat`):
 
 `gpu_user_annotation` events are the same `record_function` ranges drawn again on the GPU's
 timeline; they are not read, or every range would count twice.
+
+The file is read as a stream (graphrt.trace.json_stream): a batch of events at a time is decoded
+into `_Event`s holding only these fields, whose figures go into the trace's columns; no event
+outlives its batch.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import zlib
 from pathlib import Path
 from typing import Any
 
-from graphrt.errors import GraphrtError
-from graphrt.trace.model import ApiCall, CpuOp, Kernel, Range, Trace, calls_by_key, launch_index
+import msgspec
 
-GZIP_MAGIC = b"\x1f\x8b"
+from graphrt.errors import GraphrtError
+from graphrt.trace.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
+from graphrt.trace.model import Progress, Trace, link_launches
+
+__all__ = ["GZIP_MAGIC", "read_chrome_trace"]
 
 RANGE_CATEGORIES = frozenset({"user_annotation"})
 OP_CATEGORIES = frozenset({"cpu_op"})
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 KERNEL_CATEGORIES = frozenset({"kernel"})
+
+Number = int | float | str  # what a file may hold where a number belongs
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: Number | None = None
+    device: Number | None = None
+    stream: Number | None = None
+    graph_node: Number | None = msgspec.field(name="graph node id", default=None)
+    graph: Number | None = msgspec.field(name="graph id", default=None)
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a Chrome-trace event graphrt reads; msgspec skips the others unread."""
+
+    ph: str
+    name: str | None = None
+    cat: str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    pid: Number | None = None
+    tid: Number | None = None
+    args: _Args | None = None
 
 
 def _ns(microseconds: Any) -> int:
@@ -57,73 +85,76 @@ def _id(value: Any) -> int:
         return zlib.crc32(str(value).encode())
 
 
-def _load_events(path: Path) -> tuple[list[dict], Any]:
-    """(the event list, the file's `schemaVersion` or None); GraphrtError if not a Chrome trace."""
-    try:
-        raw = path.read_bytes()
-        if raw.startswith(GZIP_MAGIC):
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({e})") from None
-    # the format allows a bare list of events or an object holding them in traceEvents
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list) or any(not isinstance(e, dict) or "ph" not in e for e in events):
-        raise GraphrtError(f"{path}: JSON but not a Chrome trace; expected a list of events "
-                           "with a 'ph' field, or an object holding one in 'traceEvents'")
-    return events, data.get("schemaVersion") if isinstance(data, dict) else None
-
-
-def _graph_node(args: dict[str, Any]) -> int | None:
+def _graph_node(args: _Args) -> int | None:
     """The graph node a replayed kernel came from, as its toolsId (exec graph id << 32 | node id),
     which the capture's node ranges are keyed by; None for a kernel launched on its own. Older
     kinetos write the whole toolsId as `graph node id`; newer ones its lower 32 bits, with the
     exec graph's id apart as `graph id`, so the two are put together again (a whole toolsId with
     its `graph id` beside it reads the same)."""
-    node = int(args.get("graph node id") or 0)
+    node = int(args.graph_node or 0)
     if not node:
         return None
-    graph = int(args.get("graph id") or 0)
+    graph = int(args.graph or 0)
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
 
 
-def read_chrome_trace(path: str | Path) -> Trace:
-    """Read a Chrome-trace JSON written by torch.profiler. Raises GraphrtError if it is not one."""
-    path = Path(path)
-    events, schema = _load_events(path)
-    trace = Trace(source=str(path), kind="chrome")
-    if schema is not None:
-        trace.meta["schema"] = str(schema)
-    try:
-        kernel_events = []
-        for e in events:
-            if e["ph"] != "X":
-                continue
-            cat = e.get("cat")
-            start = _ns(e["ts"])
-            end = start + _ns(e.get("dur", 0))
-            args = e.get("args") or {}
-            if cat in RANGE_CATEGORIES:
-                trace.ranges.append(Range(e["name"], start, end, _id(e.get("pid")), _id(e.get("tid"))))
-            elif cat in OP_CATEGORIES:
-                trace.cpu_ops.append(CpuOp(e["name"], start, end, _id(e.get("pid")), _id(e.get("tid"))))
-            elif cat in API_CATEGORIES and "correlation" in args:
-                trace.api_calls.append(ApiCall(e["name"], start, end, _id(e.get("pid")),
-                                               _id(e.get("tid")), int(args["correlation"])))
-            elif cat in KERNEL_CATEGORIES:
-                kernel_events.append((e["name"], start, end, args))
+_NO_ARGS = _Args()
 
-        for items in (trace.ranges, trace.cpu_ops, trace.api_calls):
-            items.sort(key=lambda item: item.start_ns)
-        by_correlation = calls_by_key(trace.api_calls, lambda c: c.correlation_id)
-        for name, start, end, args in sorted(kernel_events, key=lambda k: k[1]):
-            correlation = int(args.get("correlation", -1))
-            trace.kernels.append(Kernel(
-                name, start, end, device=int(args.get("device", 0)),
-                stream=int(args["stream"]) if "stream" in args else None, correlation_id=correlation,
-                launch=launch_index(trace.api_calls, by_correlation, correlation, start),
-                graph_node_id=_graph_node(args)))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise GraphrtError(f"{path}: a Chrome-trace event lacks a usable field ({e!r}); expected "
-                           "name, ts and dur on every complete ('X') event") from None
+
+def _add(trace: Trace, e: _Event, names: dict[str, str]) -> None:
+    """One complete event into the trace's columns (kernels with no launch yet)."""
+    cat, ts, dur = e.cat, e.ts, e.dur
+    start = ts * 1000 if type(ts) is int else _ns(ts if ts is not None else _missing("ts"))
+    end = start + (dur * 1000 if type(dur) is int else _ns(dur or 0))
+    if cat in OP_CATEGORIES or cat in RANGE_CATEGORIES or cat in API_CATEGORIES or cat in KERNEL_CATEGORIES:
+        name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
+    else:
+        return
+    pid = e.pid if type(e.pid) is int else _id(e.pid)
+    tid = e.tid if type(e.tid) is int else _id(e.tid)
+    args = e.args or _NO_ARGS
+    if cat in OP_CATEGORIES:
+        trace.cpu_ops.append(name, start, end, pid, tid)
+    elif cat in RANGE_CATEGORIES:
+        trace.ranges.append(name, start, end, pid, tid, "")
+    elif cat in API_CATEGORIES:
+        if args.correlation is not None:
+            trace.api_calls.append(name, start, end, pid, tid, int(args.correlation))
+    else:
+        trace.kernels.append(name, start, end, int(args.device or 0),
+                             None if args.stream is None else int(args.stream),
+                             -1 if args.correlation is None else int(args.correlation), None, None,
+                             _graph_node(args))
+
+
+def _missing(field: str) -> str:
+    raise KeyError(field)
+
+
+def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Trace:
+    """Read a Chrome-trace JSON written by torch.profiler, plain or gzipped, as a stream.
+    `progress(bytes of the file read, events so far)` is called as it goes. Raises GraphrtError
+    if it is not one, naming the byte or the event where it breaks."""
+    path = Path(path)
+    trace = Trace(source=str(path), kind="chrome")
+    names: dict[str, str] = {}  # each distinct name once
+    found: dict[str, Any] = {}
+    for first, batch in stream_events(path, _Event, progress, found):
+        for n, e in enumerate(batch):
+            if e.ph != "X":
+                continue
+            try:
+                _add(trace, e, names)
+            except (KeyError, TypeError, ValueError) as error:
+                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error!r}); "
+                                   f"{EXPECTED_FIELDS}") from None
+    document = found["document"]  # what the file holds besides its events
+    if isinstance(document, dict) and document.get("schemaVersion") is not None:
+        trace.meta["schema"] = str(document["schemaVersion"])
+    for table in (trace.ranges, trace.cpu_ops, trace.api_calls, trace.kernels):
+        table.sorted_by_start()
+    calls = trace.api_calls
+    trace.kernels.set_ints("launch", link_launches(
+        calls.ints("correlation_id")[:, None], calls.ints("start_ns"),
+        trace.kernels.ints("correlation_id")[:, None], trace.kernels.ints("start_ns")))
     return trace

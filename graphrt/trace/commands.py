@@ -24,6 +24,7 @@ from graphrt.trace.ranks import CollectiveTime, RankGroup, collective_time, form
 from graphrt.trace.idle import StepLaunchIdle, step_launch_idle
 from graphrt.trace.modules import CaptureRecords, replay_modules
 from graphrt.trace.names import is_replay
+from graphrt.trace.progress import ReadProgress
 from graphrt.trace.present import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.present_steps import (format_launch_idle, format_replay_modules, launch_idle_dict,
                                          replay_modules_dict)
@@ -60,8 +61,12 @@ class _Analysed:
     collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
 
 
-def _analyse(path: Path) -> _Analysed:
-    trace = load_trace(path)
+def _analyse(path: Path, quiet: bool = False) -> _Analysed:
+    """`quiet`: no progress on stderr while a big trace is read."""
+    progress = None if quiet or not path.is_file() else ReadProgress(path)
+    trace = load_trace(path, progress)
+    if progress:
+        progress.done()
     membership = Membership.of(trace)
     timelines = step_timelines(trace, membership)
     return _Analysed(analyze_trace(trace, membership), timelines,
@@ -143,7 +148,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path)
         return
     files = _trace_files(paths)
-    analysed = [_analyse(p) for p in files]
+    analysed = [_analyse(p, quiet=bool(json_path)) for p in files]
     reports = [a.report for a in analysed]
     for i, a in enumerate(analysed):
         if i:

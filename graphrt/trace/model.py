@@ -3,18 +3,26 @@
 Both readers (Nsight Systems SQLite exports and torch.profiler Chrome traces) produce a `Trace`;
 the analysis only ever sees these classes. All times are integer nanoseconds on the trace's own
 clock; CPU-side things (ranges, API calls, CPU ops) carry the process and thread they ran on.
+
+A trace holds its items as columns (`Table`): a trace of millions of events takes tens of bytes
+an event, not a Python object each. Reading a row (`trace.kernels[i]`) gives the item's
+dataclass, made then.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Hashable
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+Progress = Callable[[int, int], None]  # a reader's (bytes of the file read, events read so far)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Range:
     """An annotated span of CPU time on one thread: an NVTX push/pop or start/end range, or a
     torch.profiler `record_function` annotation. `domain` is the NVTX domain ("" for the
@@ -32,7 +40,7 @@ class Range:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ApiCall:
     """One CUDA runtime API call on the CPU; `name` without its version suffix
     (`cudaLaunchKernel`, not `cudaLaunchKernel_v7000`)."""
@@ -49,7 +57,7 @@ class ApiCall:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Kernel:
     """One kernel execution on a GPU.
 
@@ -75,7 +83,7 @@ class Kernel:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuOp:
     """An operator the profiler saw on the CPU (torch.profiler's `cpu_op`: `aten::mm`, ...).
     Operators nest: `aten::linear` calls `aten::addmm`."""
@@ -87,10 +95,124 @@ class CpuOp:
     tid: int
 
 
+# ---------------------------------------------------------------------------------------------
+# Columns: a trace of millions of events holds no Python object per event
+
+
+ABSENT = -(1 << 63)  # an optional integer (Kernel.stream, .launch, ...) that is None
+
+
+class Table(Sequence[T]):
+    """Items of one kind as columns: one `array('q')` per integer field, one list of interned
+    strings per text field (each distinct name held once, 8 bytes a row). A row read by index or
+    iteration is made then (the dataclass `row`), so code written against lists of items reads
+    a table unchanged; hot loops read the columns (`ints`, `strings`).
+
+    A reader fills a table by `append`ing one row's fields at a time, then sorts it by start
+    (`sorted_by_start`)."""
+
+    row: type[T]
+    int_fields: tuple[str, ...]
+    str_fields: tuple[str, ...]
+    optional: frozenset[str] = frozenset()  # int fields that may be None (stored as ABSENT)
+
+    def __init__(self) -> None:
+        self._ints = {f: array("q") for f in self.int_fields}
+        self._strs: dict[str, list[str]] = {f: [] for f in self.str_fields}
+        self._order = [getattr(self, "_ints" if f in self._ints else "_strs")[f]
+                       for f in (fl.name for fl in fields(self.row))]
+        self._absent = [fl.name in self.optional for fl in fields(self.row)]
+
+    @classmethod
+    def of(cls, rows: Iterable[T]) -> "Table[T]":
+        table = cls()
+        for row in rows:
+            table.append(*(getattr(row, fl.name) for fl in fields(cls.row)))
+        return table
+
+    def append(self, *values: Any) -> None:
+        """One row, its fields in the dataclass's order."""
+        for column, value, optional in zip(self._order, values, self._absent):
+            column.append(ABSENT if optional and value is None else value)
+
+    def extend(self, **columns: Sequence[Any] | np.ndarray) -> None:
+        """Many rows at once: every field's values, one sequence (or integer array) a field."""
+        assert columns.keys() == set(self.int_fields) | set(self.str_fields), columns.keys()
+        for name, values in columns.items():
+            if name in self._strs:
+                self._strs[name].extend(values)  # type: ignore[arg-type]
+            elif isinstance(values, np.ndarray):
+                self._ints[name].frombytes(values.astype(np.int64).tobytes())
+            else:
+                self._ints[name].extend(ABSENT if v is None else v for v in values)
+
+    def ints(self, name: str) -> np.ndarray:
+        """An integer column as int64, sharing the column's memory (read it, do not keep it
+        across an `append`)."""
+        return np.frombuffer(self._ints[name], dtype=np.int64)
+
+    def set_ints(self, name: str, values: np.ndarray) -> None:
+        """Fill an integer column, one value a row (ABSENT for None)."""
+        column = self._ints[name]
+        del column[:]
+        column.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+    def strings(self, name: str) -> list[str]:
+        return self._strs[name]
+
+    def __len__(self) -> int:
+        return len(self._order[0])
+
+    def __getitem__(self, i):  # type: ignore[override]: an int gives a row; a slice, rows
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.row(*(None if optional and column[i] == ABSENT else column[i]
+                          for column, optional in zip(self._order, self._absent)))
+
+    def __iter__(self) -> Iterator[T]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def sorted_by_start(self) -> np.ndarray:
+        """Order the rows by start, rows that start together in the order they were added (as a
+        stable sort of the rows would); returns the order (new row i was row order[i])."""
+        order = np.argsort(self.ints("start_ns"), kind="stable")
+        if np.all(order[1:] > order[:-1]):
+            return order
+        for name in self._ints:
+            self.set_ints(name, self.ints(name)[order])
+        for column in self._strs.values():
+            column[:] = [column[i] for i in order.tolist()]
+        return order
+
+
+class Ranges(Table[Range]):
+    row, int_fields, str_fields = Range, ("start_ns", "end_ns", "pid", "tid"), ("name", "domain")
+
+
+class ApiCalls(Table[ApiCall]):
+    row, int_fields, str_fields = ApiCall, ("start_ns", "end_ns", "pid", "tid", "correlation_id"), ("name",)
+
+
+class Kernels(Table[Kernel]):
+    row, str_fields = Kernel, ("name",)
+    int_fields = ("start_ns", "end_ns", "device", "stream", "correlation_id", "launch", "graph_id", "graph_node_id")
+    optional = frozenset({"stream", "launch", "graph_id", "graph_node_id"})
+
+
+class CpuOps(Table[CpuOp]):
+    row, int_fields, str_fields = CpuOp, ("start_ns", "end_ns", "pid", "tid"), ("name",)
+
+
+_TABLES = {"ranges": Ranges, "kernels": Kernels, "api_calls": ApiCalls, "cpu_ops": CpuOps}
+
+
 @dataclass
 class Trace:
-    """Everything one trace file holds that graphrt uses; each list in start order (the
-    readers sort them).
+    """Everything one trace file holds that graphrt uses; each table in start order (the
+    readers sort them). Lists of items given here become tables.
 
     `kind` is "nsys" or "chrome"; `source` the file it was read from; `meta` what the file says
     about its maker (e.g. {"nsys_version": "2022.4.2.1", "schema": "3.0.0"}).
@@ -98,30 +220,44 @@ class Trace:
 
     source: str
     kind: str
-    ranges: list[Range] = field(default_factory=list)
-    kernels: list[Kernel] = field(default_factory=list)
-    api_calls: list[ApiCall] = field(default_factory=list)
-    cpu_ops: list[CpuOp] = field(default_factory=list)
+    ranges: Ranges = field(default_factory=Ranges)
+    kernels: Kernels = field(default_factory=Kernels)
+    api_calls: ApiCalls = field(default_factory=ApiCalls)
+    cpu_ops: CpuOps = field(default_factory=CpuOps)
     meta: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name, table in _TABLES.items():
+            if not isinstance(getattr(self, name), table):
+                setattr(self, name, table.of(getattr(self, name)))
 
-def calls_by_key(api_calls: Sequence[ApiCall], key: Callable[[ApiCall], Hashable]) -> dict[Hashable, list[int]]:
-    """The indices of `api_calls` (ordered by start) under each correlation key, in order."""
-    by_key: dict[Hashable, list[int]] = defaultdict(list)
-    for i, call in enumerate(api_calls):
-        by_key[key(call)].append(i)
-    return by_key
+    @property
+    def events(self) -> int:
+        return len(self.ranges) + len(self.kernels) + len(self.api_calls) + len(self.cpu_ops)
 
 
-def launch_index(api_calls: Sequence[ApiCall], by_key: Mapping[Hashable, Sequence[int]], key: Hashable,
-                 kernel_start_ns: int) -> int | None:
-    """The index of the call that launched a kernel, found by its correlation `key` (`calls_by_key`).
+def link_launches(call_keys: np.ndarray, call_starts: np.ndarray, kernel_keys: np.ndarray,
+                  kernel_starts: np.ndarray) -> np.ndarray:
+    """Per kernel, the index of the call that launched it (ABSENT where none), found by its
+    correlation key. Calls are in start order; keys are rows of int64 (one column per part of
+    the key: (correlation,) or (pid, correlation)), shapes (calls, parts) and (kernels, parts).
 
     A key can repeat (ids restart per process and per profiler session, and runtime and driver
     calls share them), so of the calls with that key the one is taken that began last before the
-    kernel started: a kernel cannot start before the call that launched it began. None where
+    kernel started: a kernel cannot start before the call that launched it began. ABSENT where
     every call with the key began after it (a cut trace can hold the other half of a collision).
-    """
-    candidates = by_key.get(key, ())
-    j = bisect.bisect_right(candidates, kernel_start_ns, key=lambda i: api_calls[i].start_ns) - 1
-    return candidates[j] if j >= 0 else None
+
+    Vectorised: each key is numbered densely, the calls sorted by (key number, index), and each
+    kernel looks for the last call of its key among those that began by its start."""
+    n = len(call_starts)
+    if n == 0 or len(kernel_starts) == 0:
+        return np.full(len(kernel_starts), ABSENT, dtype=np.int64)
+    _, dense = np.unique(np.concatenate([call_keys, kernel_keys]), axis=0, return_inverse=True)
+    dense = dense.reshape(-1).astype(np.int64)
+    call_key, kernel_key = dense[:n], dense[n:]
+    by_key = np.argsort(call_key, kind="stable")  # by key, then by index (start order)
+    composite = call_key[by_key] * (n + 1) + by_key
+    begun = np.searchsorted(call_starts, kernel_starts, side="right")  # calls that began by then
+    j = np.searchsorted(composite, kernel_key * (n + 1) + begun, side="left") - 1
+    found = (j >= 0) & (call_key[by_key[np.maximum(j, 0)]] == kernel_key)
+    return np.where(found, by_key[np.maximum(j, 0)], ABSENT)

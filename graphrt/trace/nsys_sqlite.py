@@ -28,13 +28,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from graphrt.errors import GraphrtError
-from graphrt.trace.model import ApiCall, Kernel, Range, Trace, calls_by_key, launch_index
+from graphrt.trace.model import ApiCalls, Kernels, Progress, Ranges, Trace, link_launches
 from graphrt.trace.nsys_profile import export_command, run_bounded
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # .qdrep: what releases before 2021.4 wrote
 
+ROWS = 1 << 16  # rows fetched at a time
 EXPORT_TIMEOUT_S = 600  # a large report exports in tens of seconds; a hung nsys is killed
 
 NVTX_PUSH_POP = 59
@@ -99,72 +102,104 @@ def _meta(schema: _Schema) -> dict[str, str]:
     return meta
 
 
-def _api_calls(schema: _Schema) -> list[ApiCall]:
+def _rows(db: sqlite3.Connection, sql: str, progress: Progress | None, done: list[int]) -> Iterator[list[tuple]]:
+    """The query's rows a batch at a time, in the table's own (rowid) order: sorting them is left
+    to numpy, which is far quicker than SQLite's sorter on tables without indexes."""
+    cursor = db.execute(sql)
+    while rows := cursor.fetchmany(ROWS):
+        yield rows
+        done[0] += len(rows)
+        if progress:
+            progress(0, done[0])
+
+
+def _strings(schema: _Schema) -> dict[int, str]:
+    """StringIds: every name and text in the export, by id (one Python string each)."""
+    return dict(schema.db.execute("SELECT id, value FROM StringIds"))
+
+
+def _api_calls(schema: _Schema, strings: dict[int, str], progress: Progress | None,
+               done: list[int]) -> ApiCalls:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     cols = schema.columns(table)
+    calls = ApiCalls()
     if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
-        return []
-    where = "WHERE r.eventClass IN (0, 1)" if "eventClass" in cols else ""
-    rows = schema.db.execute(
-        f"SELECT s.value, r.start, r.end, r.globalTid, r.correlationId FROM {table} r "
-        f"LEFT JOIN StringIds s ON s.id = r.nameId {where} ORDER BY r.start")
-    calls = []
-    for name, start, end, global_tid, correlation in rows:
-        pid, tid = split_global_tid(global_tid)
-        calls.append(ApiCall(api_name(name or "?"), start, end, pid, tid, correlation))
+        return calls
+    where = "WHERE eventClass IN (0, 1)" if "eventClass" in cols else ""
+    names: dict[int | None, str] = {}  # nameId -> the call's name without its version suffix
+    for rows in _rows(schema.db, f"SELECT nameId, start, end, globalTid, correlationId FROM {table} {where}",
+                      progress, done):
+        name_ids, starts, ends, global_tids, correlations = zip(*rows)
+        for n in set(name_ids) - names.keys():
+            names[n] = api_name(strings.get(n) or "?")
+        tids = np.array(global_tids, dtype=np.int64)
+        calls.extend(name=[names[n] for n in name_ids], start_ns=starts, end_ns=ends,
+                     pid=(tids >> 24) & 0xFFFFFF, tid=tids & 0xFFFFFF, correlation_id=correlations)
+    calls.sorted_by_start()
     return calls
 
 
-def _kernels(schema: _Schema, api_calls: list[ApiCall]) -> list[Kernel]:
+def _kernels(schema: _Schema, strings: dict[int, str], calls: ApiCalls, progress: Progress | None,
+             done: list[int]) -> Kernels:
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     cols = schema.columns(table)
+    kernels = Kernels()
     if not {"start", "end", "deviceId", "correlationId"} <= cols:
-        return []
+        return kernels
     # a kernel's short name (`saxpy`) reads better in tables than the demangled signature
-    names = [c for c in ("shortName", "demangledName") if c in cols]
-    joins = "".join(f" LEFT JOIN StringIds s{i} ON s{i}.id = k.{c}" for i, c in enumerate(names))
-    name_expr = f"COALESCE({', '.join(f's{i}.value' for i in range(len(names)))}, '?')" if names else "'?'"
-    extra = ", ".join(f"k.{c}" if c in cols else "NULL" for c in ("streamId", "globalPid", "graphId", "graphNodeId"))
-    rows = schema.db.execute(
-        f"SELECT {name_expr}, k.start, k.end, k.deviceId, k.correlationId, {extra} "
-        f"FROM {table} k{joins} ORDER BY k.start")
+    named = [c if c in cols else "NULL" for c in ("shortName", "demangledName")]
+    extra = ", ".join(c if c in cols else "NULL" for c in ("streamId", "globalPid", "graphId", "graphNodeId"))
+    pids = []  # per kernel, its process (-1: unknown, which no call has)
+    for rows in _rows(schema.db, f"SELECT {', '.join(named)}, start, end, deviceId, correlationId, {extra} "
+                      f"FROM {table}", progress, done):
+        short, demangled, starts, ends, devices, correlations, streams, global_pids, graphs, nodes = zip(*rows)
+        kernels.extend(name=[strings.get(a) or strings.get(b) or "?" for a, b in zip(short, demangled)],
+                       start_ns=starts, end_ns=ends, device=devices, stream=streams,
+                       correlation_id=correlations, launch=[None] * len(rows), graph_id=graphs,
+                       graph_node_id=[n or None for n in nodes])
+        pids += [-1 if g is None else (g >> 24) & 0xFFFFFF for g in global_pids]
+    order = kernels.sorted_by_start()
     # correlation ids restart per process: join on (pid, id)
-    by_key = calls_by_key(api_calls, lambda c: (c.pid, c.correlation_id))
-    kernels = []
-    for name, start, end, device, correlation, stream, global_pid, graph_id, node_id in rows:
-        pid = split_global_tid(global_pid)[0] if global_pid is not None else None
-        launch = launch_index(api_calls, by_key, (pid, correlation), start)
-        kernels.append(Kernel(name, start, end, device, stream, correlation, launch, graph_id, node_id or None))
+    kernel_pids = np.array(pids, dtype=np.int64)[order] if len(kernels) else np.zeros(0, np.int64)
+    kernels.set_ints("launch", link_launches(
+        np.stack([calls.ints("pid"), calls.ints("correlation_id")], axis=1), calls.ints("start_ns"),
+        np.stack([kernel_pids, kernels.ints("correlation_id")], axis=1), kernels.ints("start_ns")))
     return kernels
 
 
-def _ranges(schema: _Schema) -> list[Range]:
+def _ranges(schema: _Schema, strings: dict[int, str], progress: Progress | None, done: list[int]) -> Ranges:
     table = "NVTX_EVENTS"
     cols = schema.columns(table)
+    ranges = Ranges()
     if not {"start", "end", "eventType", "globalTid"} <= cols:
-        return []
-    text_parts = (["n.text"] if "text" in cols else []) + (["s.value"] if "textId" in cols else [])
-    text = f"COALESCE({', '.join(text_parts)}, '')" if text_parts else "''"
-    join = " LEFT JOIN StringIds s ON s.id = n.textId" if "textId" in cols else ""
-    domain = "n.domainId" if "domainId" in cols else "0"
-    select = f"SELECT n.eventType, {text}, n.start, n.end, n.globalTid, {domain} FROM {table} n{join}"
+        return ranges
+    text = "text" if "text" in cols else "NULL"
+    text_id = "textId" if "textId" in cols else "NULL"
+    domain = "domainId" if "domainId" in cols else "0"
+    select = f"SELECT {text}, {text_id}, start, end, globalTid, {domain} FROM {table}"
+
+    def texts(rows: list[tuple]) -> list[str]:
+        return [t if t is not None else strings.get(i) or "" for t, i, *_ in rows]
 
     # domain ids are handed out per process; the default domain (0) has no name
     domains: dict[tuple[int, int], str] = {}
-    for _, name, _, _, global_tid, domain_id in schema.db.execute(
-            f"{select} WHERE n.eventType = {NVTX_DOMAIN_CREATE}"):
-        domains[(split_global_tid(global_tid)[0], domain_id)] = name
-    ranges = []
-    for _, name, start, end, global_tid, domain_id in schema.db.execute(
-            f"{select} WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) "
-            "AND n.end IS NOT NULL ORDER BY n.start"):
-        pid, tid = split_global_tid(global_tid)
-        ranges.append(Range(name, start, end, pid, tid, domains.get((pid, domain_id), "")))
+    for rows in _rows(schema.db, f"{select} WHERE eventType = {NVTX_DOMAIN_CREATE}", None, [0]):
+        for name, row in zip(texts(rows), rows):
+            domains[(split_global_tid(row[4])[0], row[5])] = name
+    for rows in _rows(schema.db, f"{select} WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) "
+                      "AND end IS NOT NULL", progress, done):
+        _, _, starts, ends, global_tids, domain_ids = zip(*rows)
+        tids = np.array(global_tids, dtype=np.int64)
+        pids = (tids >> 24) & 0xFFFFFF
+        ranges.extend(name=texts(rows), start_ns=starts, end_ns=ends, pid=pids, tid=tids & 0xFFFFFF,
+                      domain=[domains.get((p, d), "") for p, d in zip(pids.tolist(), domain_ids)])
+    ranges.sorted_by_start()
     return ranges
 
 
-def read_nsys_sqlite(path: str | Path) -> Trace:
-    """Read an `nsys export --type sqlite` file. Raises GraphrtError if it is not one."""
+def read_nsys_sqlite(path: str | Path, progress: Progress | None = None) -> Trace:
+    """Read an `nsys export --type sqlite` file. `progress(0, rows so far)` is called as it goes.
+    Raises GraphrtError if it is not one."""
     path = Path(path)
     db = _connect(path)
     try:
@@ -172,9 +207,11 @@ def read_nsys_sqlite(path: str | Path) -> Trace:
         if "StringIds" not in schema.tables:
             raise GraphrtError(f"{path}: an SQLite file but not an Nsight Systems export (no "
                                "StringIds table); expected the output of nsys export --type sqlite")
-        api_calls = _api_calls(schema)
-        return Trace(source=str(path), kind="nsys", ranges=_ranges(schema),
-                     kernels=_kernels(schema, api_calls), api_calls=api_calls, meta=_meta(schema))
+        strings, done = _strings(schema), [0]
+        api_calls = _api_calls(schema, strings, progress, done)
+        return Trace(source=str(path), kind="nsys", ranges=_ranges(schema, strings, progress, done),
+                     kernels=_kernels(schema, strings, api_calls, progress, done), api_calls=api_calls,
+                     meta=_meta(schema))
     except sqlite3.DatabaseError as e:
         raise GraphrtError(f"{path}: cannot read this Nsight Systems export ({e})") from None
     finally:

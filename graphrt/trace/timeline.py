@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphrt.launches import launch_kind
+from graphrt.launch_names import launch_kind
 from graphrt.trace.membership import Membership
 from graphrt.trace.model import Range, Trace
 from graphrt.trace.names import group_name, is_step
