@@ -58,7 +58,7 @@ def eager_step() -> tuple[list[str], list[str]]:
 
 def _inside(trace: Trace, outer: Range, items):
     """The items on `outer`'s thread that lie within it (itself left out)."""
-    return [x for x in items if x is not outer and (x.pid, x.tid) == (outer.pid, outer.tid)
+    return [x for x in items if x != outer and (x.pid, x.tid) == (outer.pid, outer.tid)
             and outer.start_ns <= x.start_ns and x.end_ns <= outer.end_ns]
 
 
