@@ -8,9 +8,9 @@ import torch.distributed as dist
 
 from graphrt.graphs import GraphCaptureError, capture
 from graphrt.graphs.agree import check_ranks_agree
-from graphrt.opcount import op_names
-from graphrt.parallel import ranks as ranks_
-from graphrt.parallel.figures import slowest_per_step
+from graphrt.measure.opcount import op_names
+from graphrt.parallel import group as ranks_
+from graphrt.run.rank_figures import slowest_per_step
 
 
 def _all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
@@ -95,9 +95,9 @@ def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, 
 
 def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
     from graphrt.backends.factory import make_backend
-    from graphrt.config import resolve
-    from graphrt.engine import decode
-    from graphrt.weights import build_model
+    from graphrt.model.config import resolve
+    from graphrt.run.decode import decode
+    from graphrt.model.weights import build_model
 
     config, checkpoint = resolve(model)
     net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)

@@ -10,10 +10,10 @@ from contextlib import closing
 
 import pytest
 
-from graphrt.trace.analyze import analyze, compare_steps
-from graphrt.trace.chrome import read_chrome_trace
-from graphrt.trace.model import ApiCall, Kernel, Range, Trace
-from graphrt.trace.nsys_sqlite import SQLITE_MAGIC
+from graphrt.trace.analysis.steps import analyze, compare_steps
+from graphrt.trace.read.chrome import read_chrome_trace
+from graphrt.trace.read.events import ApiCall, Kernel, Range, Trace
+from graphrt.trace.read.nsys_sqlite import SQLITE_MAGIC
 
 US = 1000  # ns
 
@@ -282,7 +282,7 @@ def test_a_report_without_nsys_on_path_says_how_to_get_it(cli, tmp_path, monkeyp
 
 
 def test_graphrt_step_ranges_are_not_module_kinds():
-    from graphrt.trace.analyze import range_kind
+    from graphrt.trace.analysis.steps import range_kind
 
     for name in ("record", "prefill", "decode_step[eager]", "replay[bs=8]", "capture[bs=8]", "copy_in"):
         assert range_kind(name) is None, name

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from graphrt.backends.eager import EagerBackend
-from graphrt.bench.peer import PeerBackend, unavailable
-from graphrt.engine import count_launches, decode, random_prompt
-from graphrt.weights import build_model
+from graphrt.backends.hf import PeerBackend, unavailable
+from graphrt.run.decode import count_launches, decode, random_prompt
+from graphrt.model.weights import build_model
 
 pytest.importorskip("transformers")
 

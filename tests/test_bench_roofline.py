@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from graphrt import hardware
-from graphrt.bench.roofline import Ceilings, StepCost, ceilings, roofline, step_cost
-from graphrt.config import PRESETS
-from graphrt.weights import build_model
+from graphrt.measure import hardware
+from graphrt.measure.roofline import Ceilings, StepCost, ceilings, roofline, step_cost
+from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
 
 CPU = torch.device("cpu")
 

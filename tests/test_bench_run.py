@@ -14,11 +14,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graphrt.bench.roofline import step_cost
-from graphrt.bench.runner import Sweep
+from graphrt.measure.roofline import step_cost
+from graphrt.bench.sweep import Sweep
 from graphrt.bench.scenario import load_scenario
-from graphrt.cli import main
-from graphrt.config import PRESETS
+from graphrt.cli.main import main
+from graphrt.model.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "scenarios" / "baseline.toml"

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import ranks
 from graphrt.bench.results import memory_table, table
-from graphrt.cli import main
+from graphrt.cli.main import main
 from graphrt.parallel.launch import launch
 
 TP_SWEEP = """

@@ -6,10 +6,10 @@ module an op belongs to has to be recorded while capturing, which is what `TapeG
 
 import torch
 
-from graphrt import nvtx
-from graphrt.config import PRESETS
+from graphrt.measure import nvtx
+from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
-from graphrt.weights import build_model
+from graphrt.model.weights import build_model
 
 
 def _tiny_step():

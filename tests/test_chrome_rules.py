@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.chrome import read_chrome_trace
+from graphrt.trace.read.chrome import read_chrome_trace
 
 TORCH_DATA = Path(__file__).parent / "data" / "torch"
 A100 = TORCH_DATA / "hta-a100-alexnet-eager.json.gz"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from graphrt.cli import COMMANDS, SHORT_HELP, main
+from graphrt.cli.main import COMMANDS, SHORT_HELP, main
 
 
 def test_graphrt_help_in_a_fresh_interpreter_does_not_import_torch():
-    probe = ("import sys; from graphrt.cli import main\n"
+    probe = ("import sys; from graphrt.cli.main import main\n"
              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-             "print('torch' in sys.modules, 'graphrt.trace.commands' in sys.modules, file=sys.stderr)")
+             "print('torch' in sys.modules, 'graphrt.cli.trace_command' in sys.modules, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stderr.split() == ["False", "False"], done.stderr
     for name in COMMANDS:

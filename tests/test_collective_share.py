@@ -1,4 +1,4 @@
-"""The share of a step in collectives (graphrt.collective_share): which kernels are collectives,
+"""The share of a step in collectives (graphrt.measure.collective_share): which kernels are collectives,
 and on CUDA the GPU time of NCCL's kernels over the step's GPU time, checked on a real trace
 (tests/data/torch/README.md) against figures worked out from its raw Chrome JSON."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from graphrt.collective_share import is_collective_kernel, kernel_time, share
+from graphrt.measure.collective_share import is_collective_kernel, kernel_time, share
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import analyze
-from graphrt.trace.membership import Membership
-from graphrt.trace.ranks import RankGroup, collective_time
+from graphrt.trace.analysis.steps import analyze
+from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.rank_steps import RankGroup, collective_time
 
 DATA = Path(__file__).parent / "data" / "torch"
 V100 = DATA / "hta-v100-graph-launches.json.gz"  # 64 NCCL kernels: all-reduces and send/recvs

@@ -5,11 +5,11 @@ import torch
 
 from graphrt.backends.compiled import CompileBackend
 from graphrt.backends.eager import EagerBackend
-from graphrt.config import PRESETS
-from graphrt.engine import decode, random_prompt
-from graphrt.equivalence import compare
+from graphrt.model.config import PRESETS
+from graphrt.run.decode import decode, random_prompt
+from graphrt.run.equivalence import compare
 from graphrt.errors import GraphrtError
-from graphrt.weights import build_model
+from graphrt.model.weights import build_model
 
 CPU = torch.device("cpu")
 
@@ -70,7 +70,7 @@ def test_the_decode_loop_reuses_the_graph_prepare_compiled():
 def test_a_whole_compile_run_timing_and_counting_compiles_the_step_once():
     # The count re-runs a step after the timing: its inputs must pass the same Dynamo guards
     # (inference tensors, contiguous) or the counted step is a fresh compile's warm-up.
-    from graphrt import runner
+    from graphrt.run import execute as runner
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()

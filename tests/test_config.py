@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from graphrt.config import PRESETS, Llama3Rope, ModelConfig, from_hf_dir, resolve
+from graphrt.model.config import PRESETS, Llama3Rope, ModelConfig, from_hf_dir, resolve
 from graphrt.errors import GraphrtError
 
 QWEN2_0_5B = {  # Qwen/Qwen2-0.5B's config.json, in the transformers 4.x form
@@ -120,7 +120,7 @@ def test_head_dim_defaults_to_hidden_over_heads_and_may_be_given():
 def test_parameter_count_equals_the_built_models(tiny_config):
     import torch
 
-    from graphrt.weights import build_model
+    from graphrt.model.weights import build_model
 
     model = build_model(tiny_config, torch.device("cpu"), torch.float32)
     distinct = {id(p): p.numel() for p in model.parameters()}  # a tied matrix once

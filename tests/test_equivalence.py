@@ -4,8 +4,8 @@ logits up to and including the step that produced it."""
 import pytest
 import torch
 
-from graphrt.engine import Generation
-from graphrt.equivalence import compare
+from graphrt.run.decode import Generation
+from graphrt.run.equivalence import compare
 
 BATCH, STEPS, VOCAB = 3, 5, 4
 

@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
 from graphrt.backends.piecewise import PiecewiseBackend, Pieces
-from graphrt.config import PRESETS
-from graphrt.engine import decode, random_prompt
-from graphrt.equivalence import compare
+from graphrt.model.config import PRESETS
+from graphrt.run.decode import decode, random_prompt
+from graphrt.run.equivalence import compare
 from graphrt.errors import GraphrtError
 from graphrt.graphs import GraphCaptureError
-from graphrt import nvtx
-from graphrt.model import Qwen2ForCausalLM, greedy
-from graphrt.weights import build_model, random_init
+from graphrt.measure import nvtx
+from graphrt.model.decoder import Qwen2ForCausalLM, greedy
+from graphrt.model.weights import build_model, random_init
 
 from conftest import FAMILY_CONFIGS, small_decodes
 

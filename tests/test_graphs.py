@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, graph_kind, new_pool
-from graphrt.opcount import count_ops, op_names
+from graphrt.measure.opcount import count_ops, op_names
 
 from custom_ops import KERNELS_RUN, ops
 

@@ -6,8 +6,8 @@ import random
 import numpy
 import pytest
 
-from graphrt.trace.idle import KERNEL_WAIT_NS, idle_split, percentile, step_launch_idle
-from graphrt.trace.timeline import Launch, StepTimeline, Work
+from graphrt.trace.analysis.idle import KERNEL_WAIT_NS, idle_split, percentile, step_launch_idle
+from graphrt.trace.analysis.timeline import Launch, StepTimeline, Work
 
 
 def _step(work: list[tuple], launches: list[tuple] = (), unit: str = "kernel") -> StepTimeline:

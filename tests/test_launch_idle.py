@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from graphrt.launches import launch_kind
+from graphrt.measure.launches import launch_kind
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import analyze
-from graphrt.trace.membership import Membership
-from graphrt.trace.idle import KERNEL_WAIT_NS, step_launch_idle
-from graphrt.trace.timeline import step_timelines
+from graphrt.trace.analysis.steps import analyze
+from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.idle import KERNEL_WAIT_NS, step_launch_idle
+from graphrt.trace.analysis.timeline import step_timelines
 
 V100 = Path(__file__).parent / "data" / "torch" / "hta-v100-graph-launches.json.gz"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphrt import nvtx
-from graphrt.launches import CountedStep, StepLaunches, count_steps, is_copy_call, launch_kind
-from graphrt.opcount import op_names
+from graphrt.measure import nvtx
+from graphrt.measure.launches import CountedStep, StepLaunches, count_steps, is_copy_call, launch_kind
+from graphrt.measure.opcount import op_names
 
 
 @pytest.mark.parametrize("api, kind", [

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from graphrt import nvtx
-from graphrt.config import PRESETS, ModelConfig
+from graphrt.measure import nvtx
+from graphrt.model.config import PRESETS, ModelConfig
 from graphrt.errors import GraphrtError
 from graphrt.graphs import GraphCaptureError, capture, lint_step
-from graphrt.model import Qwen2ForCausalLM
-from graphrt.weights import build_model
+from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.model.weights import build_model
 
 CPU = torch.device("cpu")
 WIDTH, SLOTS = 8, 16

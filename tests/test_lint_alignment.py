@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graphrt.graphs.findings import _alignment
-from graphrt.graphs.record import RecordedOp
+from graphrt.graphs.capture_record import RecordedOp
 
 
 def ops(names: str | list[str]) -> list[RecordedOp]:

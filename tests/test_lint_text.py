@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from graphrt import nvtx
+from graphrt.measure import nvtx
 from graphrt.graphs import GraphCaptureError, capture, lint_step
 from graphrt.graphs.findings import show_value
 from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise

@@ -21,16 +21,16 @@ from torch import nn
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import PiecewiseBackend
-from graphrt.config import PRESETS
-from graphrt.engine import decode, random_prompt
+from graphrt.model.config import PRESETS
+from graphrt.run.decode import decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import TapeGraph, capture
 from graphrt.graphs.localize import LAST_BITS, EXACT, compare_values
 from graphrt.graphs.tolerance import ValueDifference
 from graphrt.graphs.probe import ProbeSet
-from graphrt.locate import locate
+from graphrt.run.diagnose import locate
 from graphrt.testing import localize
-from graphrt.weights import build_model
+from graphrt.model.weights import build_model
 
 from conftest import small_decodes
 
@@ -196,7 +196,7 @@ def test_a_value_a_module_passes_to_its_child_names_that_module_not_the_child():
 @pytest.fixture
 def deep_run(monkeypatch):
     """`graphrt run --model tiny` builds a LAYERS-layer tiny; `plant(fn)` changes it as built."""
-    from graphrt import runner
+    from graphrt.run import execute as runner
 
     planted = []
     resolve, build = runner.resolve, runner.build_model

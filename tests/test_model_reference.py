@@ -6,8 +6,8 @@ import torch
 
 from graphrt.backends.graph import GraphBackend
 from graphrt.errors import GraphrtError
-from graphrt.model import greedy, inverse_frequencies
-from graphrt.weights import build_model
+from graphrt.model.decoder import greedy, inverse_frequencies
+from graphrt.model.weights import build_model
 
 from conftest import FAMILY_CONFIGS, hf_reference, save_reference
 

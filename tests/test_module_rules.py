@@ -1,4 +1,4 @@
-"""The rules of graphrt.trace.modules, each on small hand-built timelines and steps whose right
+"""The rules of graphrt.trace.analysis.modules, each on small hand-built timelines and steps whose right
 answer can be worked out by hand: the kind a work item counts under, the idle time in front of
 each item, the reference a replay is attributed from, and which replay is set against which
 eager step, with what labels and per-step figures (all times in ns)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphrt.trace.modules import (NO_MODULE, CaptureRecords, NodeLookup, Reference, Side, compare_modules,
+from graphrt.trace.analysis.modules import (NO_MODULE, CaptureRecords, NodeLookup, Reference, Side, compare_modules,
                                    idle_before, replay_modules, work_kind)
-from graphrt.trace.timeline import StepTimeline, Work
+from graphrt.trace.analysis.timeline import StepTimeline, Work
 
 LAYER = "model.layers.0 (Qwen2DecoderLayer)"  # kind "other"
 ATTN = "model.layers.0.self_attn (Qwen2Attention)"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from graphrt.errors import GraphrtError
-from graphrt.trace import load_trace, nsys_sqlite
+from graphrt.trace import load_trace
+from graphrt.trace.read import nsys_sqlite
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "nsys"
 EXPORTS = [FIXTURES / "pipit-saxpy-mpi-cuda-nsys2022.2.sqlite", FIXTURES / "nsysai-h100-2gpu-nsys2026.2.sqlite"]

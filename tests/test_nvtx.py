@@ -18,11 +18,11 @@ import torch
 from nvtx._lib import lib as nvtx_lib
 from torch import nn
 
-from graphrt import nvtx as gn
-from graphrt.config import PRESETS
+from graphrt.measure import nvtx as gn
+from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
-from graphrt.trace.nsys_profile import run_bounded
-from graphrt.weights import build_model
+from graphrt.trace.record.nsys import run_bounded
+from graphrt.model.weights import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -85,7 +85,7 @@ def test_steps_that_agree_pass_and_the_first_difference_is_named():
 
 @pytest.mark.parametrize("slow_rank", [0, 1, 2])
 def test_the_slowest_rank_counts_wherever_it_sits_rank_0_included(slow_rank):
-    from graphrt.parallel.figures import RankFigures, slowest, spread_ms
+    from graphrt.run.rank_figures import RankFigures, slowest, spread_ms
 
     ranks = [RankFigures(r, (9.0, 9.0, 9.0) if r == slow_rank else (1.0, 2.0, 1.0), None, None, ())
              for r in range(3)]
@@ -93,7 +93,7 @@ def test_the_slowest_rank_counts_wherever_it_sits_rank_0_included(slow_rank):
 
 
 def test_a_tensor_parallel_step_takes_the_slowest_ranks_time_at_each_step():
-    from graphrt.parallel.figures import RankFigures, slowest, spread_ms
+    from graphrt.run.rank_figures import RankFigures, slowest, spread_ms
 
     fast = RankFigures(0, (1.0, 5.0, 1.0), None, None, ())
     slow = RankFigures(1, (2.0, 2.0, 2.0), None, None, ())

@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 
 import ranks
 from graphrt.backends.eager import EagerBackend
-from graphrt.config import PRESETS, from_hf_dir
-from graphrt.engine import decode
+from graphrt.model.config import PRESETS, from_hf_dir
+from graphrt.run.decode import decode
 from graphrt.parallel.launch import launch
-from graphrt.weights import build_model
+from graphrt.model.weights import build_model
 
 from conftest import FAMILY_CONFIGS, save_reference
 

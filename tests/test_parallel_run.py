@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphrt.runner import RunSpec, run
+from graphrt.run.execute import RunSpec, run
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 90  # no run here takes half of it; a hang would take the collectives' 60 s timeout and more
@@ -57,7 +57,7 @@ def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_
 def _check_ranks_table(stdout: str, doc: dict) -> None:
     """Every column of the per-rank table against the figures the JSON holds: the slowest rank's
     time at each step (median, p10, p90), the ranks' medians apart, each rank's share and ops."""
-    from graphrt.timing import Stats
+    from graphrt.measure.timing import Stats
 
     rows = {line.split()[0]: line.split()[1:] for line in stdout.splitlines()
             if line.split()[:1] in (["eager"], ["graph"]) and " / " in line}

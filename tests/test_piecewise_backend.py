@@ -10,13 +10,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from graphrt.backends.eager import EagerBackend
-from graphrt import nvtx
+from graphrt.measure import nvtx
 from graphrt.backends.piecewise import PiecewiseBackend
-from graphrt.config import PRESETS
-from graphrt.engine import count_launches, decode, random_prompt
-from graphrt.opcount import op_names
-from graphrt.trace.names import is_step
-from graphrt.weights import build_model
+from graphrt.model.config import PRESETS
+from graphrt.run.decode import count_launches, decode, random_prompt
+from graphrt.measure.opcount import op_names
+from graphrt.trace.analysis.names import is_step
+from graphrt.model.weights import build_model
 
 from conftest import small_decodes
 

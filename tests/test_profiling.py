@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from graphrt.profiling import KINETO_PROGRESS, profiler_session, sessions_opened
+from graphrt.measure.profiling import KINETO_PROGRESS, profiler_session, sessions_opened
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -26,7 +26,7 @@ def test_sessions_are_numbered_in_the_order_the_process_opens_them():
 
 
 def test_a_fresh_process_opens_session_one():
-    code = ("import torch; from graphrt.profiling import profiler_session\n"
+    code = ("import torch; from graphrt.measure.profiling import profiler_session\n"
             "with profiler_session(torch.device('cpu')) as s: pass\nprint(s.number)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout == "1\n"
@@ -72,7 +72,7 @@ def test_each_mode_is_recorded_in_the_first_profiler_session_of_a_process_of_its
 
 def test_a_session_records_the_gpu_only_on_cuda():
     # on CUDA the kernels, copies and their launches are the point; a CPU has only its ops
-    from graphrt.profiling import profiler_activities
+    from graphrt.measure.profiling import profiler_activities
 
     cpu, gpu = torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA
     assert profiler_activities(torch.device("cpu")) == [cpu]

@@ -33,7 +33,7 @@ CASES = {
 def analyze_output(files: list[Path], out: Path) -> tuple[str, dict]:
     """(what `graphrt analyze FILES --json OUT` prints, what it writes), each file's path
     replaced by its name so that the same traces read from elsewhere compare equal."""
-    from graphrt.cli import main
+    from graphrt.cli.main import main
 
     result = CliRunner().invoke(main, ["analyze", *map(str, files), "--json", str(out)])
     assert result.exit_code == 0, result.output

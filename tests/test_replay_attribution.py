@@ -14,19 +14,19 @@ import random
 import pytest
 import torch
 
-from graphrt import nvtx
+from graphrt.measure import nvtx
 from graphrt.backends.factory import make_backend
-from graphrt.config import PRESETS
+from graphrt.model.config import PRESETS
 from graphrt.graphs.annotate import unavailable
 from graphrt.trace import load_trace
-from graphrt.trace.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
-from graphrt.trace.modules import NodeLookup, Reference, compare_modules
-from graphrt.trace.record import torch_window
-from graphrt.model import Qwen2ForCausalLM
-from graphrt.runner import RunSpec
-from graphrt.trace.session import make_traces
-from graphrt.trace.timeline import StepTimeline, step_timelines
-from graphrt.weights import build_model
+from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
+from graphrt.trace.analysis.modules import NodeLookup, Reference, compare_modules
+from graphrt.trace.record.steps import torch_window
+from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.run.execute import RunSpec
+from graphrt.trace.record.make_traces import make_traces
+from graphrt.trace.analysis.timeline import StepTimeline, step_timelines
+from graphrt.model.weights import build_model
 
 CONFIGS = {"tiny": PRESETS["tiny"], "tiny-4-layers": dataclasses.replace(PRESETS["tiny"], num_hidden_layers=4)}
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from graphrt.graphs.restore import AttributeSnapshot, preserved
-from graphrt.opcount import storage_key
+from graphrt.measure.opcount import storage_key
 
 from custom_ops import ops
 

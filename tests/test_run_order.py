@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphrt import nvtx, runner
-from graphrt.bench import peer
-from graphrt.profiling import sessions_opened
-from graphrt.runner import RunSpec
+from graphrt.measure import nvtx
+from graphrt.run import execute as runner
+from graphrt.backends import hf as peer
+from graphrt.measure.profiling import sessions_opened
+from graphrt.run.execute import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,8 @@
-"""Which ranges are steps, and the name a range is grouped under (graphrt.trace.names)."""
+"""Which ranges are steps, and the name a range is grouped under (graphrt.trace.analysis.names)."""
 
 import pytest
 
-from graphrt.trace.names import group_name, is_replay, is_step
+from graphrt.trace.analysis.names import group_name, is_replay, is_step
 
 
 def test_graphrt_step_ranges_and_profiler_steps_are_steps_and_nothing_else_is():

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from graphrt.opcount import op_names
-from graphrt.weights import build_model
+from graphrt.measure.opcount import op_names
+from graphrt.model.weights import build_model
 
 from conftest import FAMILY_CONFIGS
 

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from graphrt import text
-from graphrt.config import PRESETS
+from graphrt.run import text
+from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
-from graphrt.runner import RunSpec, run
+from graphrt.run.execute import RunSpec, run
 
 from conftest import save_reference
 from test_run_cli import one_line_error

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphrt.timing import Stats, StepTimer, percentile
+from graphrt.measure.timing import Stats, StepTimer, percentile
 
 samples = st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=2, max_size=40)
 

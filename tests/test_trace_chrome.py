@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from graphrt.errors import GraphrtError
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import analyze
+from graphrt.trace.analysis.steps import analyze
 
 STEPS = 4
 OPS_PER_STEP = ("aten::mm", "aten::relu", "aten::sum")  # each calls further aten ops inside

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from graphrt.runner import RunSpec
-from graphrt.trace.session import make_traces
+from graphrt.run.execute import RunSpec
+from graphrt.trace.record.make_traces import make_traces
 
 REPO = Path(__file__).resolve().parents[1]
 

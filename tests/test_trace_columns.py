@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrt.trace.model import ABSENT, Kernel, Kernels, link_launches
+from graphrt.trace.read.events import ABSENT, Kernel, Kernels, link_launches
 
 
 def test_rows_read_back_as_given_none_included():

@@ -18,7 +18,7 @@ import pytest
 
 from graphrt.errors import GraphrtError
 from graphrt.trace import load_trace
-from graphrt.trace.analyze import analyze
+from graphrt.trace.analysis.steps import analyze
 
 # Real exports from GPU machines (tests/data/nsys/README.md names their sources)
 FIXTURES = Path(__file__).resolve().parent / "data" / "nsys"
@@ -226,7 +226,7 @@ def test_a_report_is_exported_beside_itself_and_read(recorded):
 
 @pytest.mark.parametrize("path", [OLD, NEW], ids=["nsys2022.2", "nsys2026.2"])
 def test_a_global_thread_id_holds_the_pid_nsys_lists_for_its_process(path):
-    from graphrt.trace.nsys_sqlite import split_global_tid
+    from graphrt.trace.read.nsys_sqlite import split_global_tid
 
     processes = sql(path, "SELECT globalPid, pid FROM PROCESSES")
     assert processes and all(split_global_tid(global_pid)[0] == pid for global_pid, pid in processes)

@@ -19,16 +19,17 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graphrt import nvtx, runner
+from graphrt.measure import nvtx
+from graphrt.run import execute as runner
 from graphrt.backends.eager import EagerBackend
-from graphrt.cli import main
+from graphrt.cli.main import main
 from graphrt.errors import GraphrtError
-from graphrt.opcount import op_names
-from graphrt.runner import RunSpec
+from graphrt.measure.opcount import op_names
+from graphrt.run.execute import RunSpec
 from graphrt.trace import Range, Trace, load_trace
-from graphrt.trace.analyze import analyze
-from graphrt.trace.nsys_profile import run_bounded
-from graphrt.trace.session import choose_profiler, publish
+from graphrt.trace.analysis.steps import analyze
+from graphrt.trace.record.nsys import run_bounded
+from graphrt.trace.record.make_traces import choose_profiler, publish
 
 # tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
 TINY = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")
@@ -43,7 +44,7 @@ def _invoke(*args: object):
 @pytest.fixture(scope="module")
 def eager_step() -> tuple[list[str], list[str]]:
     """One eager step of `tiny`, run with no profiler: the module ranges it pushes, in order, and
-    the ops it dispatches as `graphrt run` counts them (graphrt.opcount: views left out)."""
+    the ops it dispatches as `graphrt run` counts them (graphrt.measure.opcount: views left out)."""
     _, model, _, _ = runner.load(RunSpec(model="tiny", device="cpu"))
     model.setup_cache(1, 16)
     backend = EagerBackend(model)

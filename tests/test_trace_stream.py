@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from graphrt.errors import GraphrtError
-from graphrt.trace import json_stream, load_trace
-from graphrt.trace.analyze import analyze
+from graphrt.trace.read import json_stream
+from graphrt.trace import load_trace
+from graphrt.trace.analysis.steps import analyze
 
 REPO = Path(__file__).resolve().parent.parent
 V100 = REPO / "tests" / "data" / "torch" / "hta-v100-graph-launches.json.gz"

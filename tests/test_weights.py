@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from graphrt.config import PRESETS
+from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
-from graphrt.weights import build_model
+from graphrt.model.weights import build_model
 
 from conftest import save_reference
 
@@ -83,7 +83,7 @@ def test_a_shard_named_by_the_index_but_missing_is_named(tmp_path):
 
 
 def test_unexpected_tensors_are_reported(tmp_path):
-    from graphrt.weights import load_checkpoint
+    from graphrt.model.weights import load_checkpoint
 
     save_reference(PRESETS["tiny"], tmp_path)
     _resave(tmp_path, lambda t: t.update({"model.extra.bias": torch.zeros(3)}))

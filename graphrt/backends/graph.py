@@ -15,8 +15,8 @@ from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, Lint
                             graph_kind, lint_step, new_pool)
 from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.probe import Probe, ProbeSet
-from graphrt.model import Qwen2ForCausalLM
-from graphrt.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.measure.nvtx import nvtx_range
 
 T = TypeVar("T")
 

@@ -28,14 +28,14 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
-from graphrt import hardware
+from graphrt.measure import hardware
 from graphrt.backends import PrepareReport
-from graphrt.bench.peer import NAME as PEER
-from graphrt.bench.roofline import Ceilings, StepCost, roofline
+from graphrt.backends.hf import NAME as PEER
+from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.bench.scenario import Point, Scenario
-from graphrt.engine import Generation
+from graphrt.run.decode import Generation
 from graphrt.errors import GraphrtError
-from graphrt.timing import Stats
+from graphrt.measure.timing import Stats
 
 FORMAT = "graphrt-bench/1"
 GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.backends.factory import MODES
-from graphrt.config import DTYPES
+from graphrt.model.config import DTYPES
 from graphrt.errors import GraphrtError
 
 

@@ -34,13 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphrt import nvtx
+from graphrt.measure import nvtx
 from graphrt.errors import GraphrtError
 from graphrt.graphs.findings import Finding, Findings, check_capture, compare_captures, show_value
 from graphrt.graphs.guard import HostReadGuard
-from graphrt.graphs.record import OpRecorder, RecordedOp, attribute_names, static_names
+from graphrt.graphs.capture_record import OpRecorder, RecordedOp, attribute_names, static_names
 from graphrt.graphs.restore import AttributeSnapshot, preserved
-from graphrt.opcount import storage_key
+from graphrt.measure.opcount import storage_key
 
 @dataclass(frozen=True)
 class LintReport:

@@ -29,9 +29,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from graphrt import nvtx
+from graphrt.measure import nvtx
 from graphrt.errors import GraphrtError
-from graphrt.opcount import storage_key
+from graphrt.measure.opcount import storage_key
 
 T = TypeVar("T")
 STEP = "the step"  # where a step's own inputs and output are probed
