@@ -1,6 +1,6 @@
 """A capture knows which module issued each op: the ranges open at capture, kept per tape entry.
 
-A replay runs no Python, so no range fires under it (DESIGN.md, "Attribution under replay"): what
+A replay runs no Python, so no range fires under it (docs/design.md, "Attribution under replay"): what
 module an op belongs to has to be recorded while capturing, which is what `TapeGraph.op_ranges` is.
 """
 

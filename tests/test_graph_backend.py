@@ -1,4 +1,4 @@
-"""Graph replay generates exactly what eager generates (DESIGN.md, invariants 1 and 4).
+"""Graph replay generates exactly what eager generates (docs/design.md, Invariants, 1 and 4).
 
 On a machine without CUDA the graph backend captures TapeGraphs, which follow the same rules
 as CUDA graphs; the CUDA tests at the end run the same checks with real CUDA graphs.

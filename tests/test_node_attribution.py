@@ -17,7 +17,7 @@ from dataclasses import asdict
 import pytest
 
 from graphrt.io import write_json
-from graphrt.trace.record.steps import RecordedMode
+from graphrt.trace.record.record_modes import RecordedMode
 
 US = 1000  # ns per µs
 GRAPH = 9 << 32  # the exec graph's id in a toolsId's upper 32 bits

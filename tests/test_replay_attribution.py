@@ -21,7 +21,7 @@ from graphrt.graphs.annotate import unavailable
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
 from graphrt.trace.analysis.modules import NodeLookup, Reference, compare_modules
-from graphrt.trace.record.steps import torch_window
+from graphrt.trace.record.record_modes import torch_window
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.run.execute import RunSpec
 from graphrt.trace.record.make_traces import make_traces

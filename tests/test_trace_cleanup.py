@@ -1,4 +1,4 @@
-"""A recording that is stopped leaves nothing half-written under traces/ (DESIGN.md, invariant 7)."""
+"""A recording that is stopped leaves nothing half-written under traces/ (docs/design.md, Invariants, 7)."""
 
 import os
 import signal

@@ -93,14 +93,14 @@ def _node_stacks(nodes: dict) -> dict[int, tuple[str, ...]]:
     return {int(node): _range_names(stack) for node, stack in nodes.items()}
 
 
-# what each record holds per replay step, as graphrt.trace.record.steps.RecordedMode writes it
+# what each record holds per replay step, as graphrt.trace.record.record_modes.RecordedMode writes it
 _RECORDS = {"captured_ops": (_op_entries, "a list of [op name, [range names]]"),
             "node_ranges": (_node_stacks, "{graph node id: [range names]}")}
 
 
 def _capture_records(trace_file: Path) -> CaptureRecords:
     """What the captures of the graphs recorded of their ranges, where the trace came from
-    `graphrt trace`: summary.json beside it holds it (graphrt.trace.record.steps.RecordedMode)."""
+    `graphrt trace`: summary.json beside it holds it (graphrt.trace.record.record_modes.RecordedMode)."""
     summary = trace_file.parent / "summary.json"
     if not summary.is_file():
         return CaptureRecords()

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from graphrt.trace.analysis.steps import busy_and_gaps
+from graphrt.measure.intervals import busy_and_gaps
 
 # NCCL's kernels: `ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)` (NCCL 2.x before 2.19),
 # `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)` (2.19 on),

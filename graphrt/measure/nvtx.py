@@ -28,7 +28,7 @@ position 16, one torch thread), the wrapper adds 17-19 µs (+1.6-1.8%, 0.6 µs p
 eager decode step of 1.06 ms where hooks added 179-186 µs (+17%, 6.3 µs per call); on
 `qwen2-0.5b` (293 module calls, a 178 ms step) it adds 0.3-1.9 ms (+0.2-1.0%, inside the step's
 run-to-run noise) where hooks added 3.8-5.4 ms (+2.2-3.0%). Still a tool overhead to measure and
-report (DESIGN.md, invariant 6), not to assume: `graphrt trace --overhead` measures it.
+report (docs/design.md, Invariants, 6), not to assume: `graphrt trace --overhead` measures it.
 
 Where the ranges appear: the wrappers are Python, so they fire when Python runs the module.
 Under CUDA graph capture they fire once, at capture; a replay runs no Python, so its kernels all
@@ -404,7 +404,7 @@ def mirror_ranges(open_scope: Scope) -> Iterator[list[str]]:
     closed when the range closes: `stack` is the tuple of ranges then open, outermost first,
     itself last. Yields the list of ranges open at each moment (see `open_ranges`).
 
-    This is how a range becomes a torch.profiler `record_function` (graphrt.trace.record.steps) or a
+    This is how a range becomes a torch.profiler `record_function` (graphrt.trace.record.record_modes) or a
     CUDA graph-node annotation (graphrt.graphs.annotate). A scope should not raise: it runs
     inside the module whose range opened it.
     """

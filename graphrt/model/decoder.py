@@ -6,7 +6,7 @@ H query heads, K KV heads, G = H // K query heads per KV head, D head dim, V voc
 
 The same `forward(tokens, positions)` serves prefill and decode. Everything that changes from step
 to step is a device tensor; no value is read back to the host, so `decode_step` can be captured
-as a CUDA graph (DESIGN.md, invariant 2).
+as a CUDA graph (docs/design.md, Invariants, 2).
 
 The step is lean, as serving engines make it: q/k/v and gate/up are one GEMM each
 (`graphrt.model.packing`), every norm is one `F.rms_norm`, rotary is three elementwise ops for q and k

@@ -1,6 +1,6 @@
 """Which module each replayed kernel (or op) belongs to, carried over from a step whose ranges fired.
 
-Under replay no Python runs and no range fires (DESIGN.md, "Attribution under replay"), but a
+Under replay no Python runs and no range fires (docs/design.md, "Attribution under replay"), but a
 single-stream graph replays its kernels in capture order, and an eager step of the same model
 and batch issues the same kernels in the same order with every module range open around them.
 So the eager step's sequence of kernel names, each with its module stack, is aligned with the

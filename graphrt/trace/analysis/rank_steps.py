@@ -30,7 +30,8 @@ from tabulate import tabulate
 from graphrt.measure.collective_share import OF, Measure, kernel_time, share
 from graphrt.errors import GraphrtError
 from graphrt.graphs.collectives import NAMESPACE
-from graphrt.trace.analysis.steps import StepGroup, busy_and_gaps
+from graphrt.measure.intervals import busy_and_gaps
+from graphrt.trace.analysis.steps import StepGroup
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.read.events import Trace
 from graphrt.trace.analysis.names import group_name, is_step

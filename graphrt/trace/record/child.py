@@ -22,7 +22,7 @@ from pathlib import Path
 from graphrt.run import execute as runner
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.trace.record.steps import nsys_window, record_modes, torch_window
+from graphrt.trace.record.record_modes import nsys_window, record_modes, torch_window
 from graphrt.trace.record.make_traces import spec_from_dict
 
 

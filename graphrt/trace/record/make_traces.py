@@ -10,7 +10,7 @@ a failed or interrupted run leaves no half-written trace behind and never touche
 A name that is taken gets a suffix (`-2`, `-3`, ...); `made.wanted` keeps the name first chosen.
 
 Each mode is recorded in a process of its own, `python -m graphrt.trace.record.child`, which loads the
-model, warms up and opens the recording window (graphrt.trace.record.steps). Under Nsight Systems
+model, warms up and opens the recording window (graphrt.trace.record.record_modes). Under Nsight Systems
 `nsys profile` runs it, and the report is then exported to SQLite. Under torch.profiler the window
 is that process's first profiler session: CUPTI 13.0 gives graph launches and their kernels wrong
 correlation ids in every later one (graphrt.measure.profiling).
@@ -48,7 +48,7 @@ from graphrt.run.execute import RunSpec
 from graphrt.trace.record import nsys as nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
 from graphrt.trace.record.overhead import NvtxOverhead, measure_nvtx_overhead
-from graphrt.trace.record.steps import RecordedMode
+from graphrt.trace.record.record_modes import RecordedMode
 
 PROFILERS = ("auto", "nsys", "torch")
 Say = Callable[[str], None]

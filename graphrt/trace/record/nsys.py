@@ -27,7 +27,7 @@ INSTALL_HINT = ("install it with scripts/install-nsys.sh PREFIX (Debian's packag
                 "or NVIDIA's installer (https://developer.nvidia.com/nsight-systems), then put "
                 "PREFIX/bin on PATH")
 
-# The NVTX range the recorded process opens around the steps (graphrt.trace.record.steps) and, on a
+# The NVTX range the recorded process opens around the steps (graphrt.trace.record.record_modes) and, on a
 # machine without CUDA, the capture range nsys waits for: `-p RANGE@DOMAIN`.
 CAPTURE_RANGE = "record@graphrt"
 

@@ -8,7 +8,7 @@ recording under the same `--out` (`session._remove_stale_scratch`).
 Nsight Systems is left out: it would wrap each rank's process, which the launcher starts. Each
 rank records its modes one after another in its own process (a single-process `graphrt trace`
 gives every mode a process of its own), so on CUDA 13.0 only the first mode's profiler session
-links graph kernels to their launches (CUPTI's bug, DESIGN.md): trace graph replays with
+links graph kernels to their launches (CUPTI's second-session bug, docs/design.md, "torch.profiler and CUPTI"): trace graph replays with
 `--mode graph` there.
 """
 
@@ -26,7 +26,7 @@ from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
 from graphrt.parallel.group import Ranks
 from graphrt.run.execute import RunSpec
-from graphrt.trace.record.steps import record_modes, torch_window
+from graphrt.trace.record.record_modes import record_modes, torch_window
 from graphrt.trace.record.make_traces import MadeTraces, Say, _scratch_dir, publish, trace_name, write_summary
 
 
