@@ -100,7 +100,10 @@ def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -
     from graphrt.model.weights import build_model
 
     config, checkpoint = resolve(model)
+    from graphrt.measure import nvtx
+
     net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)
+    nvtx.attach(net)  # module ranges, as a run attaches them: the tape keeps each op's
     net.setup_cache(prompt.shape[0], prompt.shape[1] + steps)
     out = {"parameters": {name: p.clone() for name, p in net.state_dict().items()}}
     for mode in ("eager", "piecewise", "graph"):

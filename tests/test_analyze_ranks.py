@@ -46,7 +46,7 @@ def _union_us(spans: list[tuple[float, float]]) -> float:
 
 def _raw_steps(trace: Path) -> dict[str, list[dict]]:
     """Per step range name, each step (in order) worked out from the raw events: its wall time,
-    its top-level CPU ops, and its time in all_reduce[...] ranges and functional collectives."""
+    its top-level CPU ops, and its time in AllReduce module ranges and functional collectives."""
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
     steps: dict[str, list[dict]] = {}
     for step in sorted((e for e in events if e["name"].startswith(STEP_PREFIXES)), key=lambda e: e["ts"]):
@@ -57,7 +57,7 @@ def _raw_steps(trace: Path) -> dict[str, list[dict]]:
         top = [o for o in ops if not any(p is not o and p["ts"] <= o["ts"] and o["ts"] + o["dur"] <= p["ts"] + p["dur"]
                                          for p in ops)]
         collective = [(e["ts"], e["ts"] + e["dur"]) for e in mine
-                      if (e["cat"] == "user_annotation" and e["name"].startswith("all_reduce["))
+                      if (e["cat"] == "user_annotation" and e["name"].endswith(" (AllReduce)"))
                       or (e in top and e["name"].startswith("_c10d_functional::"))]
         steps.setdefault(step["name"], []).append(
             {"wall_us": step["dur"], "ops": len(top), "collective_us": _union_us(collective)})

@@ -36,6 +36,7 @@ from graphrt.bench.scenario import Point, Scenario
 from graphrt.run.decode import Generation
 from graphrt.errors import GraphrtError
 from graphrt.measure.timing import Stats
+from graphrt.run.machine import machine
 
 FORMAT = "graphrt-bench/1"
 GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
@@ -68,7 +69,7 @@ def new_document(scenario: Scenario, device: torch.device, dtype: torch.dtype,
         "dtype": str(dtype).removeprefix("torch."),
         "modes": list(modes),
         "peer_note": peer_note,  # why the peer is missing, or None when it ran
-        "machine": {**hardware.describe(device), "measured": measured},
+        "machine": {**machine(device), "measured": measured},
         "versions": versions(),
         "started_at": _now(),
         "finished_at": None,

@@ -15,6 +15,7 @@ from graphrt.measure.nvtx import check_recording
 from graphrt.cli.options import decode_options
 from graphrt.parallel import launch, group as ranks
 from graphrt.run.execute import RunSpec
+from graphrt.run.machine import machine
 
 MODE_CHOICES = (*MODES, *GROUPS)
 
@@ -93,7 +94,7 @@ def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None
 def info(measure: bool) -> None:
     """Versions, the device, and whether Nsight Systems is on PATH."""
     device = runner.resolve_device("auto")
-    facts = hardware.describe(device)
+    facts = machine(device)
     if measure:
         facts.update(hardware.measured_facts(
             hardware.measure(device, runner.resolve_dtype("auto", device))))

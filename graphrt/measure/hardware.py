@@ -15,7 +15,6 @@ from importlib.metadata import version
 import torch
 
 import graphrt
-from graphrt.graphs import annotate
 
 
 def device_name(device: torch.device) -> str:
@@ -47,9 +46,6 @@ def describe(device: torch.device) -> dict:
     }
     if device.type == "cpu":
         facts["torch_threads"] = torch.get_num_threads()
-    if device.type == "cuda":  # can a capture record which module each graph node belongs to?
-        facts["graph_node_annotations"] = annotate.unavailable() or "available"
-        facts["profiler_graph_node_records"] = annotate.profiler_node_ids()  # what a trace can look up
     return facts
 
 

@@ -26,6 +26,7 @@ whole and sliced the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +34,7 @@ from torch import nn
 
 from graphrt.model.config import ModelConfig
 from graphrt.errors import GraphrtError
-from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.packing import PackedLinear
-from graphrt.parallel.group import Ranks
 
 
 def all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
@@ -43,6 +42,27 @@ def all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
     the step, so a graph that captures it also captures its end."""
     ops = torch.ops._c10d_functional
     return ops.wait_tensor(ops.all_reduce(x, "sum", group))
+
+
+class AllReduce(nn.Module):
+    """The sum over the ranks, as a module of its own: whatever instruments modules (NVTX ranges,
+    probes) sees the collective apart from the GEMM before it, and the model stays unaware of it."""
+
+    def __init__(self, group: str):
+        super().__init__()
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return all_reduce(x, self.group)
+
+
+class Shard(Protocol):
+    """Where a rank stands, as the model needs it: rank `rank` of `world`, and the name of the
+    process group its collectives take (graphrt.parallel.group.Ranks is one)."""
+
+    rank: int
+    world: int
+    group: str
 
 
 class ColumnParallelLinear(PackedLinear):
@@ -57,14 +77,10 @@ class RowParallelLinear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, group: str):
         super().__init__(in_features, out_features, bias=False)
-        self.group = group
-        # an NVTX range of its own, so a trace tells the collective's time from the GEMM's
-        self.range = f"all_reduce[group={group}]"
+        self.all_reduce = AllReduce(group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = F.linear(x, self.weight)
-        with nvtx_range(self.range):
-            return all_reduce(partial, self.group)
+        return self.all_reduce(F.linear(x, self.weight))
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,7 @@ def take(full: torch.Tensor, piece: Slice) -> torch.Tensor:
     return full.narrow(piece.dim, piece.start, piece.stop - piece.start)
 
 
-def parallelize(model: nn.Module, config: ModelConfig, ranks: Ranks) -> Split:
+def parallelize(model: nn.Module, config: ModelConfig, ranks: Shard) -> Split:
     """Swap every layer's projections for this rank's parallel ones (before weights are made:
     on the meta device); returns the rank's share."""
     share = split(config, ranks.rank, ranks.world)

@@ -13,8 +13,7 @@ from safetensors import SafetensorError, safe_open
 from graphrt.model.config import ModelConfig
 from graphrt.errors import GraphrtError
 from graphrt.model.decoder import Qwen2ForCausalLM
-from graphrt.model.sharding import Slice, parallelize, rank_slices, take
-from graphrt.parallel.group import Ranks
+from graphrt.model.sharding import Shard, Slice, parallelize, rank_slices, take
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -22,7 +21,7 @@ SINGLE_FILE = "model.safetensors"
 
 def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
                 checkpoint: str | Path | None = None, seed: int = 0,
-                ranks: Ranks | None = None) -> Qwen2ForCausalLM:
+                ranks: Shard | None = None) -> Qwen2ForCausalLM:
     """The model with its weights on `device` in `dtype`: from `checkpoint` or random (`seed`).
 
     Parameters are first made on the meta device, so no memory is spent twice. With `ranks`

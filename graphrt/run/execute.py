@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt.measure import hardware, nvtx
+from graphrt.measure import nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.measure.collective_share import measure_on
@@ -21,6 +21,7 @@ from graphrt.run import rank_figures as figures
 from graphrt.parallel import group as ranks_
 from graphrt.parallel.group import Ranks
 from graphrt.model.weights import build_model
+from graphrt.run.machine import machine
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
     backends: list[Backend] = [make_backend(m, model, spec.buckets, spec.lint) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
-    result = RunResult(spec, config, device, dtype, prompt, machine=hardware.describe(device), ranks=ranks)
+    result = RunResult(spec, config, device, dtype, prompt, machine=machine(device), ranks=ranks)
     was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
     try:
         with nvtx.attach(model):

@@ -10,8 +10,8 @@ the i-th of the same group on every other rank (the ranks run their steps in loc
 The share of a step in collectives is graphrt.measure.collective_share's, as `graphrt run --tp` gives it.
 In a trace with kernels (CUDA), the GPU time of the NCCL kernels the step launched over the
 step's GPU time (first kernel start to last kernel end), eager steps and replays alike. In a
-trace without (gloo, on a CPU), CPU time: the union of the step's `all_reduce[...]` ranges (the
-row-parallel linears' record_function ranges, graphrt.model.sharding) and its top-level
+trace without (gloo, on a CPU), CPU time: the union of the step's `... (AllReduce)` module ranges (the
+row-parallel linears' sums, graphrt.model.sharding.AllReduce) and its top-level
 functional collective ops (`_c10d_functional::all_reduce`, `::wait_tensor`: a replay fires no
 module range, but the ops it replays still show), over the step's CPU time.
 """
@@ -37,7 +37,7 @@ from graphrt.trace.read.events import Trace
 from graphrt.trace.analysis.names import group_name, is_step
 
 _RANK_DIR = re.compile(r"rank(\d+)")
-COLLECTIVE_RANGE = "all_reduce["  # graphrt.model.sharding.RowParallelLinear's range
+COLLECTIVE_MODULE = " (AllReduce)"  # the range of graphrt.model.sharding.AllReduce, a row-parallel linear's sum
 _COLLECTIVE_OP = f"{NAMESPACE}::"
 
 
@@ -102,7 +102,7 @@ def _gpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[in
 def _cpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[int, CollectiveTime | None]:
     spans: dict[int, list[tuple[int, int]]] = {r: [] for r in steps}  # step range -> its collective spans
     for r, rng in enumerate(trace.ranges):
-        if rng.name.startswith(COLLECTIVE_RANGE) and (step := _enclosing(membership, r, spans)) is not None:
+        if rng.name.endswith(COLLECTIVE_MODULE) and (step := _enclosing(membership, r, spans)) is not None:
             spans[step].append((rng.start_ns, rng.end_ns))
     for r in steps:
         ops = (trace.cpu_ops[i] for i in membership.ops[r])

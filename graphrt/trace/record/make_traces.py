@@ -38,7 +38,6 @@ from typing import Any
 import torch
 
 import graphrt
-from graphrt.measure import hardware
 from graphrt.run import execute as runner
 from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
@@ -49,6 +48,7 @@ from graphrt.trace.record import nsys as nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
 from graphrt.trace.record.overhead import NvtxOverhead, measure_nvtx_overhead
 from graphrt.trace.record.record_modes import RecordedMode
+from graphrt.run.machine import machine
 
 PROFILERS = ("auto", "nsys", "torch")
 Say = Callable[[str], None]
@@ -238,7 +238,7 @@ def write_summary(directory: Path, started: time.struct_time, config: ModelConfi
         "model": config.name,
         "spec": _spec_dict(spec),
         "profiler": facts,
-        "machine": hardware.describe(device),
+        "machine": machine(device),
         "modes": {r.mode: {**asdict(r), "files": files[r.mode]} for r in recorded},
         **more,
     }
