@@ -10,6 +10,7 @@ from graphrt.measure import nvtx
 from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
 from graphrt.model.weights import build_model
+from graphrt.measure import range_names
 
 
 def _tiny_step():
@@ -35,7 +36,7 @@ def test_every_op_of_a_captured_step_names_the_module_that_issued_it():
         assert len(ops) == 1 and ops[0].split(".")[1] in {"addmm", "mm", "linear"}, (name, ops)
     # A stack nests as the modules do: each range is a submodule of the one around it.
     for stack in graph.op_ranges:
-        qualnames = [nvtx.parse_range_name(name)[0] for name in stack]
+        qualnames = [range_names.parse_range_name(name)[0] for name in stack]
         for outer, inner in zip(qualnames, qualnames[1:]):
             assert outer == "" or inner.startswith(outer + "."), stack
 

@@ -23,6 +23,7 @@ from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
 from graphrt.trace.record.nsys import run_bounded
 from graphrt.model.weights import build_model
+from graphrt.measure import range_names
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,7 @@ def test_real_model_every_called_module_has_one_range_inside_its_callers(tiny):
     def count(name):
         return lambda module, args, output: calls.__setitem__(name, calls.get(name, 0) + 1)
 
-    counters = [m.register_forward_hook(count(gn.module_range_name(q, m)))
+    counters = [m.register_forward_hook(count(range_names.module_range_name(q, m)))
                 for q, m in tiny.named_modules()]
     try:
         with gn.attach(tiny) as ranges, gn.record_to([]) as events, torch.no_grad():
@@ -133,9 +134,9 @@ def test_real_model_every_called_module_has_one_range_inside_its_callers(tiny):
     stack: list[str] = []
     for kind, name in events:
         if kind == "push":
-            qualname = gn.parse_range_name(name)[0]
+            qualname = range_names.parse_range_name(name)[0]
             if stack:
-                parent = gn.parse_range_name(stack[-1])[0]
+                parent = range_names.parse_range_name(stack[-1])[0]
                 assert parent == "" or qualname.startswith(parent + "."), (parent, qualname)
             stack.append(name)
         else:
@@ -310,7 +311,7 @@ EXPECTED_KINDS = {
 
 
 def test_every_qwen2_module_has_its_kind(tiny):
-    kinds = {q: gn.kind_of(q, m) for q, m in tiny.named_modules()
+    kinds = {q: range_names.kind_of(q, m) for q, m in tiny.named_modules()
              if not q.startswith("model.layers.1")}
     assert kinds == EXPECTED_KINDS
 
@@ -318,9 +319,9 @@ def test_every_qwen2_module_has_its_kind(tiny):
 def test_kind_from_a_trace_name_matches_kind_from_the_module(tiny):
     # the analyzer only has range names: parsing one gives the same kind as the module did
     for qualname, module in tiny.named_modules():
-        name = gn.module_range_name(qualname, module)
-        assert gn.parse_range_name(name) == (qualname, type(module).__name__)
-        assert gn.kind_of(*gn.parse_range_name(name)) == gn.kind_of(qualname, module)
+        name = range_names.module_range_name(qualname, module)
+        assert range_names.parse_range_name(name) == (qualname, type(module).__name__)
+        assert range_names.kind_of(*range_names.parse_range_name(name)) == range_names.kind_of(qualname, module)
 
 
 @pytest.mark.parametrize("qualname, cls, kind", [
@@ -333,18 +334,18 @@ def test_kind_from_a_trace_name_matches_kind_from_the_module(tiny):
     ("encoder.conv", "Conv1d", "other"),
 ])
 def test_kind_rules_cover_names_beyond_qwen2(qualname, cls, kind):
-    assert gn.kind_of(qualname, cls) == kind
+    assert range_names.kind_of(qualname, cls) == kind
 
 
 @pytest.mark.parametrize("name", ["prefill", "capture[bs=8]", "model.norm(Qwen2RMSNorm)", "(x"])
 def test_parse_range_name_rejects_names_no_module_has(name):
     with pytest.raises(ValueError, match="not a module range name"):
-        gn.parse_range_name(name)
+        range_names.parse_range_name(name)
 
 
 def test_every_kind_has_a_colour_of_its_own():
-    assert set(gn.KIND_COLORS) == set(gn.KINDS)
-    assert len(set(gn.KIND_COLORS.values())) == len(gn.KINDS)
+    assert set(range_names.KIND_COLORS) == set(range_names.KINDS)
+    assert len(set(range_names.KIND_COLORS.values())) == len(range_names.KINDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,5 +607,5 @@ def test_nsys_records_every_range_nested_and_coloured(tmp_path):
                          ("(Tree)", "mix (Linear)")]:
         assert spans[outer][0] <= spans[inner][0] <= spans[inner][1] <= spans[outer][1]
     colours = {name: colour & 0xFFFFFF for _, _, name, colour in rows}
-    assert colours["(Tree)"] == gn.KIND_COLORS["other"] & 0xFFFFFF
-    assert colours["decode_step[eager]"] == gn.STEP_COLORS["decode_step"] & 0xFFFFFF
+    assert colours["(Tree)"] == range_names.KIND_COLORS["other"] & 0xFFFFFF
+    assert colours["decode_step[eager]"] == range_names.STEP_COLORS["decode_step"] & 0xFFFFFF

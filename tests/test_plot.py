@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrt.measure.nvtx import KIND_COLORS
+from graphrt.measure.range_names import KIND_COLORS
 
 mpimg = pytest.importorskip("matplotlib.image")
 

@@ -27,6 +27,7 @@ from graphrt.run.execute import RunSpec
 from graphrt.trace.record.make_traces import make_traces
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines
 from graphrt.model.weights import build_model
+from graphrt.measure import range_names
 
 CONFIGS = {"tiny": PRESETS["tiny"], "tiny-4-layers": dataclasses.replace(PRESETS["tiny"], num_hidden_layers=4)}
 
@@ -219,11 +220,11 @@ def test_cuda_replay_kernels_are_looked_up_by_the_node_their_capture_annotated(t
     assert None not in nodes and set(nodes) <= node_ranges.keys()
     with torch.device("meta"):
         model = Qwen2ForCausalLM(PRESETS["qwen2-0.5b"])
-    modules = {nvtx.module_range_name(name, m) for name, m in model.named_modules()}
+    modules = {range_names.module_range_name(name, m) for name, m in model.named_modules()}
     stacks = [node_ranges[n] for n in nodes]
     assert all(stack and set(stack) <= modules for stack in stacks)
     for stack in stacks:  # nested as the modules are: each range a submodule of the one around it
-        qualnames = [nvtx.parse_range_name(name)[0] for name in stack]
+        qualnames = [range_names.parse_range_name(name)[0] for name in stack]
         assert all(outer == "" or inner.startswith(outer + ".") for outer, inner in zip(qualnames, qualnames[1:]))
 
     found = compare_modules([eager_step], [replay_step], "eager", "replay", NodeLookup(node_ranges))

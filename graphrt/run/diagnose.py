@@ -11,14 +11,14 @@ the re-run does not reproduce the run's difference, the localization says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import torch
 
 from graphrt.backends import Backend
 from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
-from graphrt.run.decode import decode
+from graphrt.run.decode import Generation, decode
 from graphrt.run.equivalence import compare, logits_differ
 from graphrt.graphs import TapeGraph
 from graphrt.graphs.lint import module_ranges
@@ -27,9 +27,6 @@ from graphrt.graphs.localize import (Localization, OpValue, StepComparer, record
 from graphrt.graphs.restore import preserved
 from graphrt.graphs.probe import Probe
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
-
-if TYPE_CHECKING:
-    from graphrt.run.execute import RunResult
 
 PROBED_MODES = ("graph", "piecewise")
 STEPS = 4  # decode steps compared where no run says which step differs
@@ -116,18 +113,19 @@ def locate(mode: str, model: Qwen2ForCausalLM, prompt: torch.Tensor, *, steps: i
     return found if expected is None else found.explaining(expected)
 
 
-def locate_differences(result: RunResult, model: Qwen2ForCausalLM, lengths: torch.Tensor | None
+def locate_differences(generations: Mapping[str, Generation], model: Qwen2ForCausalLM, dtype: torch.dtype,
+                       prompt: torch.Tensor, buckets: tuple[int, ...] | None, lengths: torch.Tensor | None
                        ) -> dict[str, Localization]:
-    """A localization for each graph mode of the run that differs from eager (its equivalence
-    line's rule), over the run's steps up to the first that differs."""
-    eager = result.generations.get("eager")
+    """A localization for each graph mode among `generations` that differs from eager's (the
+    equivalence line's rule), re-decoding `prompt` up to the first step that differs."""
+    eager = generations.get("eager")
     found = {}
-    for mode, gen in result.generations.items():
+    for mode, gen in generations.items():
         if eager is None or mode not in PROBED_MODES:
             continue
-        equivalence = compare(eager, gen, result.dtype)
+        equivalence = compare(eager, gen, dtype)
         if equivalence.differs:
-            found[mode] = locate(mode, model, result.prompt, steps=equivalence.first_step + 1,
-                                 buckets=result.spec.buckets, lengths=lengths,
+            found[mode] = locate(mode, model, prompt, steps=equivalence.first_step + 1,
+                                 buckets=buckets, lengths=lengths,
                                  expected=f"the run's {equivalence.describe()}")
     return found

@@ -209,7 +209,8 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
                     result.per_rank[backend.name] = _rank_figures(
                         backend, result.generations[backend.name], ranks, spec.prompt_len)
             if ranks is None:  # localizing replays one rank's step: its collectives would wait alone
-                result.localizations = locate_differences(result, model, lengths)
+                result.localizations = locate_differences(result.generations, model, dtype, result.prompt,
+                                                          spec.buckets, lengths)
     finally:
         nvtx.set_enabled(was_enabled)
     return result

@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from graphrt.measure.nvtx import KINDS
+from graphrt.measure.range_names import KINDS
 from graphrt.trace.analysis.steps import range_kind
 from graphrt.trace.analysis.attribution import Attribution, carry_over, look_up
 from graphrt.trace.analysis.names import is_replay

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrt.measure.nvtx import KINDS, STEP_COLORS, kind_of, parse_range_name
+from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.trace.analysis.membership import Membership, call_kinds
 from graphrt.trace.read.events import ABSENT, Table, Trace
@@ -30,7 +30,7 @@ from graphrt.trace.analysis.names import group_name, is_step
 
 
 def range_kind(name: str) -> str | None:
-    """The module kind (one of graphrt.measure.nvtx.KINDS) of a range, from the class in parentheses
+    """The module kind (one of graphrt.measure.range_names.KINDS) of a range, from the class in parentheses
     and the module's name (`model.layers.3.mlp (Qwen2MLP)` -> mlp), or from the bare name for
     ranges that are not module ranges. None for graphrt's step-level ranges (prefill,
     decode_step[...], replay[...], capture[...], copy_in, ...): they hold whole steps."""
