@@ -57,7 +57,7 @@ def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_
 def _check_ranks_table(stdout: str, doc: dict) -> None:
     """Every column of the per-rank table against the figures the JSON holds: the slowest rank's
     time at each step (median, p10, p90), the ranks' medians apart, each rank's share and ops."""
-    from graphrt.measure.timing import Stats
+    from graphrt.measure.stats import Stats
 
     rows = {line.split()[0]: line.split()[1:] for line in stdout.splitlines()
             if line.split()[:1] in (["eager"], ["graph"]) and " / " in line}

@@ -8,7 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphrt.measure.timing import Stats, StepTimer, percentile
+from graphrt.measure.stats import Stats, percentile
+from graphrt.measure.timing import StepTimer
 
 samples = st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=2, max_size=40)
 

@@ -35,7 +35,7 @@ from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.bench.scenario import Point, Scenario
 from graphrt.run.decode import Generation
 from graphrt.errors import GraphrtError
-from graphrt.measure.timing import Stats
+from graphrt.measure.stats import Stats
 from graphrt.run.machine import machine
 
 FORMAT = "graphrt-bench/1"

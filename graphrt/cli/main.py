@@ -18,9 +18,9 @@ from graphrt.errors import GraphrtError, first_line
 # name -> (module, attribute, the help `graphrt --help` lists: the command's own, cut to SHORT_HELP)
 SHORT_HELP = 58  # characters of a command's help that `graphrt --help` lists
 COMMANDS = {
-    "analyze": ("graphrt.cli.trace_command", "analyze", "Per-step launches, launch delay, launch CPU time and..."),
+    "analyze": ("graphrt.cli.analyze_command", "analyze", "Per-step launches, launch delay, launch CPU time and..."),
     "bench": ("graphrt.cli.bench_command", "bench", "Sweep a scenario (a TOML file, or the name of one in..."),
-    "info": ("graphrt.cli.run_command", "info", "Versions, the device, and whether Nsight Systems is on..."),
+    "info": ("graphrt.cli.info_command", "info", "Versions, the device, and whether Nsight Systems is on..."),
     "run": ("graphrt.cli.run_command", "run", "Decode a prompt batch through each mode and print a..."),
     "trace": ("graphrt.cli.trace_command", "trace", "Record the decode steps after warmup under Nsight..."),
 }

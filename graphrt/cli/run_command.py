@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 from click.core import ParameterSource
-from tabulate import tabulate
 
-from graphrt.measure import hardware
 from graphrt.run import report, execute as runner, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.errors import GraphrtError
@@ -15,7 +13,6 @@ from graphrt.measure.nvtx import check_recording
 from graphrt.cli.options import decode_options
 from graphrt.parallel import launch, group as ranks
 from graphrt.run.execute import RunSpec
-from graphrt.run.machine import machine
 
 MODE_CHOICES = (*MODES, *GROUPS)
 
@@ -86,16 +83,3 @@ def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None
     if json_path and leader:
         write_json(json_path, document(result))
         echo(f"wrote {json_path}")
-
-
-@click.command()
-@click.option("--measure", is_flag=True, help="Also measure copy bandwidth and matmul FLOP/s "
-              "here (a few seconds) and name the device's datasheet peaks.")
-def info(measure: bool) -> None:
-    """Versions, the device, and whether Nsight Systems is on PATH."""
-    device = runner.resolve_device("auto")
-    facts = machine(device)
-    if measure:
-        facts.update(hardware.measured_facts(
-            hardware.measure(device, runner.resolve_dtype("auto", device))))
-    click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))

@@ -19,8 +19,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from graphrt.measure.opcount import storage_key
+from graphrt.measure.collective_share import NAMESPACE
 
-NAMESPACE = "_c10d_functional"
 WAIT = f"{NAMESPACE}::wait_tensor"
 
 

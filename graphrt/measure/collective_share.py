@@ -25,6 +25,9 @@ from graphrt.measure.intervals import busy_and_gaps
 # `ncclDevKernel_Generic`; a demangled signature may start with its return type.
 _NCCL_KERNEL = re.compile(r"(?:void )?nccl(?:Dev)?Kernel_")
 
+# the namespace of the functional collectives a step issues (all_reduce, wait_tensor, ...)
+NAMESPACE = "_c10d_functional"
+
 Measure = Literal["gpu", "cpu"]
 # what a share is of, said in text and JSON alike
 OF: dict[Measure, str] = {

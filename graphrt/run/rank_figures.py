@@ -17,10 +17,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt.measure import collective_share as shares
 from graphrt.measure.collective_share import Measure
-from graphrt.graphs.collectives import NAMESPACE
+from graphrt.measure.collective_share import NAMESPACE
 from graphrt.measure.launches import is_kernel_event
 from graphrt.measure.profiling import profiler_session
-from graphrt.measure.timing import Stats
+from graphrt.measure.stats import Stats
 
 
 @dataclass(frozen=True)

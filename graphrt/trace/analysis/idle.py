@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphrt.measure.timing import percentile as sorted_percentile
+from graphrt.measure.stats import percentile as sorted_percentile
 from graphrt.trace.analysis.timeline import StepTimeline
 
 # Gaps under this between a kernel and the next one already launched count as back-to-back
@@ -36,7 +36,7 @@ IDLE_KINDS = ("host_wait", "kernel_wait", "other")
 
 def percentile(values: list[int], q: int) -> float | None:
     """The q-th percentile of `values` in any order, as the run tables compute theirs
-    (graphrt.measure.timing.percentile: linear between the closest ranks); None for no values."""
+    (graphrt.measure.stats.percentile: linear between the closest ranks); None for no values."""
     return float(sorted_percentile(sorted(values), q)) if values else None
 
 

@@ -29,7 +29,7 @@ from tabulate import tabulate
 
 from graphrt.measure.collective_share import OF, Measure, kernel_time, share
 from graphrt.errors import GraphrtError
-from graphrt.graphs.collectives import NAMESPACE
+from graphrt.measure.collective_share import NAMESPACE
 from graphrt.measure.intervals import busy_and_gaps
 from graphrt.trace.analysis.steps import StepGroup
 from graphrt.trace.analysis.membership import Membership

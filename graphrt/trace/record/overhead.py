@@ -25,7 +25,7 @@ from graphrt.measure import nvtx
 from graphrt.backends.eager import EagerBackend
 from graphrt.run.decode import random_prompt
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
-from graphrt.measure.timing import Stats
+from graphrt.measure.stats import Stats
 
 BLOCK = 4  # steps per block; the side that goes first alternates from block pair to pair
 MIN_STEPS = 2 * BLOCK
