@@ -46,11 +46,23 @@ def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
-def test_no_cuda_device_stops_the_check_with_one_line(tmp_path):
+def test_no_cuda_device_stops_the_check_with_one_line_for_it(tmp_path):
     done, have = _prereqs(tmp_path, "cuda")
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 1 and have == {}
-    assert len(lines) == 1 and lines[0].startswith("prereq: MISSING a CUDA device"), lines
+    assert lines[0].startswith("prereq: MISSING a CUDA device"), lines
+    assert any(line.startswith("prereq: ok nvtx") for line in lines), lines  # the rest still looked at
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_without_torch_every_other_missing_package_is_named_too(tmp_path):
+    # the check stops, but one look at the machine must find all it lacks, not the first of them
+    done, have = _prereqs(tmp_path, "cpu", "torch", "nvtx", "hypothesis")
+    assert done.returncode == 1 and have == {}
+    assert "prereq: MISSING torch: nothing can run" in done.stdout
+    assert "prereq: MISSING nvtx: skipping every graphrt step" in done.stdout
+    assert "prereq: MISSING hypothesis: skipping the CUDA tests" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
