@@ -116,7 +116,7 @@ step() {  # step NAME HAVE COMMAND...: run COMMAND under NAME's planned limit, w
   shift 2
   [ "$left" -lt "$run_limit" ] && run_limit=$left
   if [ "$run_limit" -lt 5 ]; then
-    echo "== $name: skipped (the check's ${budget}s budget is spent)"; outcome[$name]="skipped: no time"
+    echo "== $name: skipped (under 5 s of the ${budget}s budget left beside the summary's reserve)"; outcome[$name]="skipped: no time"
     status=1; return
   fi
   if [ "$have" != 1 ]; then
