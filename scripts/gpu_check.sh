@@ -3,13 +3,16 @@
 # time: a device session has 15 minutes in all, its start and a second try included.
 #
 # Steps run in the order of PLAN below, cheapest and most telling first, each under its own
-# limit (cut to what is left of GPU_CHECK_BUDGET, default 330 s). A step that runs out of time is
-# interrupted (SIGINT, then killed 10 s later) and keeps what it measured: a run writes its JSON
-# mode by mode, a cut sweep keeps its points and draws its PNG from them. A failing step is
-# reported and the next one runs. Whatever happens, the check ends by writing the summary.
+# limit, cut to what is left of GPU_CHECK_BUDGET (default 330 s) after the kill grace and a reserve
+# for the summary, so no step can push the check past its budget. A step that runs out of time is
+# interrupted (SIGINT, then killed GRACE seconds later) and keeps what it measured: a run writes
+# its JSON mode by mode, a cut sweep keeps its points and draws its PNG from them. A failing step
+# is reported and the next one runs. Each step's files are packed into the results the moment it
+# ends, so a check cut short from outside still brings back every finished step; whatever else
+# happens, the check ends by writing the summary.
 #
-# Into $RESULTS (default results/gpu-check), at most 8 files of at most 16 MiB each (what a device
-# run can bring back):
+# Into $RESULTS (default $OUT where that is set, else results/gpu-check), at most 8 files of at most
+# 16 MiB each (what a device run can bring back):
 #   gpu-check.log      everything printed
 #   gpu-summary.json   every figure of every step, read back from the steps' own files
 #   raw.tar.gz         those files: runs, sweep, probe, localizer, tensor-parallel run, analysis
@@ -18,7 +21,8 @@
 #
 #   scripts/gpu_check.sh              on the device machine (python3 with a CUDA torch)
 #   scripts/gpu_check.sh --rehearse   every step on this CPU (tiny model, few steps), in a fresh
-#                                     virtualenv holding only the device image's packages
+#                                     virtualenv holding only the device image's packages (or
+#                                     REHEARSAL_PYTHON), within GPU_CHECK_BUDGET (default 900 s)
 #
 # Packages the device image lacks come from .whl/ (scripts/gpu_bundle.sh makes it), unpacked
 # into a temporary directory on PYTHONPATH (no pip needed); this checkout is on PYTHONPATH too.
@@ -27,14 +31,17 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 rehearse=0
 [ "${1:-}" = "--rehearse" ] && rehearse=1
-results=${RESULTS:-results/gpu-check}
+results=${RESULTS:-${OUT:-results/gpu-check}}
 mkdir -p "$results"
 BUDGET=330       # seconds of wall time for the whole check on the GPU
+GRACE=3          # seconds between a cut step's SIGINT and its SIGKILL
+RESERVE=10       # seconds kept for the summary and the last packing (~3 s)
+SETUP=5          # seconds the prerequisites take before the first step: an import of torch
 MAX_FILE=$((16 << 20))
 
 # -- the plan: each step's limit in seconds on an H200, and why that many -----------------------
-# The limits add up to at most BUDGET - 15: the prerequisites (an import of torch, ~5 s) and the
-# summary (~5 s) run outside them. The rehearsal checks the sum before it runs anything.
+# The limits add up to at most BUDGET - SETUP - RESERVE - GRACE; the packing after each step
+# (~1 s, the traces' a few) runs outside them. The rehearsal checks the sum before it runs anything.
 declare -A limit
 PLAN=(info run-b1 run-qwen3-b1 compile-b1 cuda-tests probe trace-eager trace-graph analyze
       localize tp1 sweep)
@@ -64,17 +71,18 @@ raw="$work/raw"
 mkdir -p "$raw"
 if [ $rehearse = 1 ]; then
   device=cpu model=tiny dtype=float32 steps=8 prompt=16 sweep_args="--max-points 2 --steps 2 --warmup 1 --repeats 1"
-  probe_steps=10 overhead=20 budget=900 slower=3  # a 2-core CPU takes longer over the real sweep
-  py=$(scripts/rehearsal_venv.sh) || { echo "gpu_check: FAILED to build the rehearsal virtualenv"; exit 1; }
+  probe_steps=10 overhead=20 budget=${GPU_CHECK_BUDGET:-900} slower=3  # a 2-core CPU takes longer over the real sweep
+  py=${REHEARSAL_PYTHON:-$(scripts/rehearsal_venv.sh)} || { echo "gpu_check: FAILED to build the rehearsal virtualenv"; exit 1; }
 else
   device=cuda model=qwen2-0.5b dtype=bfloat16 steps=64 prompt=128 sweep_args=""
   probe_steps=60 overhead=40 budget=${GPU_CHECK_BUDGET:-$BUDGET} slower=1
   py=${PYTHON:-python3}
 fi
 echo "== gpu_check $([ $rehearse = 1 ] && echo "rehearsal on the CPU" || echo "on $device") · $(date -u +%FT%TZ)"
-echo "== plan: $(for n in "${PLAN[@]}"; do printf '%s %ss · ' "$n" "${limit[$n]}"; done)${planned}s of ${BUDGET}s"
-if [ "$planned" -gt $((BUDGET - 15)) ]; then
-  echo "gpu_check: FAILED: the steps' limits add up to ${planned}s, over the $((BUDGET - 15))s they may take"
+echo "== plan: $(for n in "${PLAN[@]}"; do printf '%s %ss · ' "$n" "${limit[$n]}"; done)${planned}s of ${BUDGET}s; this run's budget ${budget}s"
+room=$((BUDGET - SETUP - RESERVE - GRACE))
+if [ "$planned" -gt "$room" ]; then
+  echo "gpu_check: FAILED: the steps' limits add up to ${planned}s, over the ${room}s they may take"
   exit 1
 fi
 
@@ -98,15 +106,17 @@ export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PY
 
 status=0
 declare -A outcome
+touch -d @0 "$work/packed"  # older than any trace
 # whatever stops the check from here on, it ends with the summary and the files to bring back
 trap 'finish' EXIT
 step() {  # step NAME HAVE COMMAND...: run COMMAND under NAME's planned limit, within the budget
-  local name=$1 have=$2 left=$((budget - SECONDS)) run_limit
+  # what is left once the summary's reserve and a cut step's kill grace are set aside
+  local name=$1 have=$2 left=$((budget - SECONDS - RESERVE - GRACE)) run_limit
   run_limit=$((limit[$name] * slower))
   shift 2
   [ "$left" -lt "$run_limit" ] && run_limit=$left
   if [ "$run_limit" -lt 5 ]; then
-    echo "== $name: skipped (the check's ${budget}s budget is spent)"; outcome[$name]="skipped: no time"
+    echo "== $name: skipped (under 5 s of the ${budget}s budget left beside the summary's reserve)"; outcome[$name]="skipped: no time"
     status=1; return
   fi
   if [ "$have" != 1 ]; then
@@ -116,28 +126,35 @@ step() {  # step NAME HAVE COMMAND...: run COMMAND under NAME's planned limit, w
   fi
   echo "== $name (limit ${run_limit}s)"
   local start=$SECONDS rc=0
-  timeout --signal=INT --kill-after=10 "$run_limit" "$@" || rc=$?
+  timeout --signal=INT --kill-after="$GRACE" "$run_limit" "$@" || rc=$?
   if [ $rc = 0 ]; then outcome[$name]="ok $((SECONDS - start))s"
   elif [ $rc = 124 ] || [ $rc = 137 ]; then outcome[$name]="TIMEOUT ${run_limit}s"; status=1
   else outcome[$name]="FAILED rc=$rc $((SECONDS - start))s"; status=1
   fi
+  pack  # before the outcome's line: once it is printed, the step's files are in the results
   echo "== $name: ${outcome[$name]}"
+}
+pack() {  # the steps' files so far into the results, each archive written under a temporary name
+  cp "$work"/sweep/*.json "$raw/sweep.json" 2>/dev/null
+  [ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
+  tar -czf "$results/.raw.tar.gz" -C "$raw" . && mv "$results/.raw.tar.gz" "$results/raw.tar.gz"
+  # the traces only when a step has written some since they were last packed
+  [ -d "$work/traces" ] && [ -n "$(find "$work/traces" -newer "$work/packed" -print -quit)" ] || return 0
+  touch "$work/packed"
+  tar -czf "$results/.traces.tar.gz" -C "$work/traces" .
+  local size
+  size=$(stat -c %s "$results/.traces.tar.gz")
+  if [ "$size" -le $MAX_FILE ]; then mv "$results/.traces.tar.gz" "$results/traces.tar.gz"
+  else
+    rm -f "$results/.traces.tar.gz" "$results/traces.tar.gz"
+    echo "== traces.tar.gz left out: $((size >> 20)) MiB, over the 16 MiB a result file may be"
+  fi
 }
 finish() {
   trap - EXIT
   for name in "${PLAN[@]}"; do echo "$name=${limit[$name]}|${outcome[$name]:-not run}"; done >"$work/outcomes.txt"
-  cp "$work"/sweep/*.json "$raw/sweep.json" 2>/dev/null
-  [ "$have_plot" = 1 ] && cp "$work"/sweep/*.png "$results/sweep.png" 2>/dev/null
   "$py" scripts/gpu_summary.py "$results" "$work" || status=1
-  tar -czf "$results/raw.tar.gz" -C "$raw" .
-  if [ -d "$work/traces" ]; then
-    tar -czf "$work/traces.tar.gz" -C "$work/traces" .
-    local size
-    size=$(stat -c %s "$work/traces.tar.gz")
-    if [ "$size" -le $MAX_FILE ]; then mv "$work/traces.tar.gz" "$results/"
-    else echo "== traces.tar.gz left out: $((size >> 20)) MiB, over the 16 MiB a result file may be"
-    fi
-  fi
+  pack
   local files
   files=$(find "$results" -maxdepth 1 -type f | wc -l)
   if [ "$files" -gt 8 ] || find "$results" -maxdepth 1 -type f -size +16M | grep -q .; then

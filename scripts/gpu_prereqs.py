@@ -4,7 +4,8 @@ usage: python scripts/gpu_prereqs.py --device cuda|cpu SHELL_FILE
 
 Each line says what is there, or what is missing and which steps of the check are skipped for it.
 SHELL_FILE gets `have_graphrt=1`, `have_tests=0`, ... for scripts/gpu_check.sh to source. Exit 1
-only when nothing graphrt can run (no torch, or no CUDA device where one was asked for).
+only when nothing graphrt can run (no torch, or no CUDA device where one was asked for), after
+naming every other missing prerequisite too, so one look at the machine finds them all.
 """
 
 from __future__ import annotations
@@ -56,23 +57,29 @@ def _compile_toolchain(device: str) -> list[str]:
     return missing
 
 
+def _torch(device: str) -> str | None:
+    """One line on torch and the device it runs on; None when nothing graphrt can run."""
+    torch_version = _version("torch")
+    if torch_version is None:
+        print("prereq: MISSING torch: nothing can run")
+        return None
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        print(f"prereq: MISSING a CUDA device: torch {torch_version} sees none; nothing can run")
+        return None
+    where = torch.cuda.get_device_name() if device == "cuda" else "the CPU (rehearsal)"
+    print(f"prereq: ok torch {torch_version} (CUDA {torch.version.cuda}) on {where}")
+    return torch_version
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "--device" or argv[1] not in ("cuda", "cpu"):
         print(__doc__.splitlines()[2].strip(), file=sys.stderr)
         return 2
     device, shell_file = argv[1], Path(argv[2])
+    runnable = _torch(device) is not None  # and whatever else is missing is named all the same
     have: dict[str, bool] = {}
-    torch_version = _version("torch")
-    if torch_version is None:
-        print("prereq: MISSING torch: nothing can run")
-        return 1
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        print(f"prereq: MISSING a CUDA device: torch {torch_version} sees none; nothing can run")
-        return 1
-    where = torch.cuda.get_device_name() if device == "cuda" else "the CPU (rehearsal)"
-    print(f"prereq: ok torch {torch_version} (CUDA {torch.version.cuda}) on {where}")
     for step, modules in NEEDS.items():
         missing = [m for m in modules if _version(m) is None]
         have[step] = not missing
@@ -84,6 +91,8 @@ def main(argv: list[str]) -> int:
     have["compile"] = have["graphrt"] and not lacking
     print(f"prereq: MISSING {', '.join(lacking)}: skipping {STEPS['compile']}" if lacking
           else "prereq: ok compile toolchain")
+    if not runnable:
+        return 1
     have["tests"] = have["tests"] and have["graphrt"]
     shell_file.write_text("".join(f"have_{step}={int(ok)}\n" for step, ok in have.items()))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
@@ -249,7 +250,33 @@ def test_the_public_module_is_preferred_to_the_private_one(monkeypatch):
     ([b'"graph node id": {}'], "`graph node id` (the node's toolsId) on replayed kernels"),
     ([b'"graph node id": {}', b'"graph id": {}'], "`graph node id` (lower 32 bits) and `graph id` on replayed kernels"),
 ])
-def test_which_node_records_a_torchs_profiler_writes_is_read_from_its_libraries(tmp_path, held, said):
-    (tmp_path / "libtorch_cuda.so").write_bytes(b"\0".join([b"ELF", *held, b"end"]))
-    (tmp_path / "libempty.so").write_bytes(b"")  # nothing to map: skipped
-    assert profiler_node_ids(tmp_path) == said
+def test_which_node_records_a_torchs_profiler_writes_is_read_from_its_libraries(tmp_path, monkeypatch, held, said):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    (libraries / "libtorch_cuda.so").write_bytes(b"\0".join([b"ELF", *held, b"end"]))
+    (libraries / "libempty.so").write_bytes(b"")  # nothing to map: skipped
+    assert profiler_node_ids(libraries) == said
+
+
+def test_a_torchs_libraries_are_read_once_and_again_only_when_one_changes(tmp_path, monkeypatch):
+    # a CUDA build's libraries are gigabytes: a later process (the in-process cache cleared)
+    # takes the answer kept on disk while the libraries' names, sizes and times are unchanged
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    library = libraries / "libtorch_cpu.so"
+    library.write_bytes(b'ELF "graph node id": {} end')
+    assert profiler_node_ids(libraries) == "`graph node id` (the node's toolsId) on replayed kernels"
+    stat = library.stat()
+    library.write_bytes(b"ELF " + b"x" * (stat.st_size - 4))  # the field gone, the size the same
+    os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    profiler_node_ids.cache_clear()
+    assert profiler_node_ids(libraries) == "`graph node id` (the node's toolsId) on replayed kernels"  # not read
+    os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # a reinstalled torch
+    profiler_node_ids.cache_clear()
+    assert profiler_node_ids(libraries) == NO_NODE_IDS
+    # where nothing can be kept, the libraries are read every time, and still answer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(library))  # a file: no directory can be made under it
+    profiler_node_ids.cache_clear()
+    assert profiler_node_ids(libraries) == NO_NODE_IDS

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from graphrt.backends.graph import GraphBackend
+from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
 from graphrt.model.decoder import greedy, inverse_frequencies
 from graphrt.model.weights import build_model
@@ -104,6 +105,91 @@ def test_rows_at_different_positions_decode_as_hf_decodes_each_row_alone(family_
                 hf_out = hf(hf_token, cache=cache, use_cache=True)
                 assert (ours_steps[step][row] - hf_out.logits[0, -1]).abs().max() <= 1e-4, (row, step)
                 cache, hf_token = hf_out.cache, greedy(hf_out.logits[:, -1])
+
+
+def _decode_rows(model, prompts: list[torch.Tensor], fed: torch.Tensor) -> torch.Tensor:
+    """Prefill `prompts` right-padded into one batch, then decode `fed` [B, steps] (the same
+    tokens for every model compared, so a near tie cannot part them): logits [B, steps, V]."""
+    lengths = [p.shape[1] for p in prompts]
+    device = model.lm_head.weight.device
+    padded = torch.zeros(len(prompts), max(lengths), dtype=torch.long)  # pad id 0, never attended
+    for row, prompt in enumerate(prompts):
+        padded[row, : prompt.shape[1]] = prompt[0]
+    positions, steps = torch.tensor(lengths, device=device), []
+    with torch.no_grad():
+        model.prefill(padded.to(device))
+        for step in range(fed.shape[1]):
+            steps.append(model.decode_step(fed[:, step:step + 1].to(device), positions).float().cpu())
+            positions = positions + 1
+    return torch.stack(steps, dim=1)
+
+
+def _hf_rows(hf, prompts: list[torch.Tensor], fed: torch.Tensor) -> torch.Tensor:
+    """HF decoding each prompt alone, unpadded, then `fed`: logits [B, steps, V]."""
+    rows = []
+    with torch.no_grad():
+        for row, prompt in enumerate(prompts):
+            cache, logits = hf(prompt, use_cache=True).cache, []
+            for step in range(fed.shape[1]):
+                out = hf(fed[row:row + 1, step:step + 1], cache=cache, use_cache=True)
+                cache = out.cache
+                logits.append(out.logits[0, -1])
+            rows.append(torch.stack(logits))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("max_seq_len", [21, 24])
+def test_the_attention_mask_is_a_real_layout_the_fused_kernels_take_as_it_is(max_seq_len):
+    # what SDPA's fused CUDA backends read: the last dim contiguous (all of them), no stride-0
+    # broadcast of one row over the G query rows of a group (cuDNN takes the strides as the
+    # layout), every other stride a multiple of 8 (else the memory-efficient kernel copies the
+    # mask in every layer); a max_seq_len that is not a multiple of 8 gets padded rows
+    model = build_model(PRESETS["tiny"], CPU, torch.bfloat16, seed=0)
+    model.setup_cache(3, max_seq_len)
+    groups = model.model.layers[0].self_attn.groups
+    for positions in (torch.tensor([[3], [9], [6]]), torch.arange(5).expand(3, -1)):  # decode, prefill
+        mask = model.attention_mask(positions, torch.bfloat16)
+        t = positions.shape[1]
+        assert mask.shape == (3, 1, t * groups, max_seq_len)
+        assert mask.stride(-1) == 1
+        assert all(stride != 0 for size, stride in zip(mask.shape, mask.stride()) if size > 1), mask.stride()
+        assert all(stride % 8 == 0 for stride in mask.stride()[:-1]), mask.stride()
+        # and it still says what each row may see: row t*G + g of batch row b, slots 0..position
+        for b in range(3):
+            for row in range(t * groups):
+                seen = (mask[b, 0, row] == 0).nonzero().flatten().tolist()
+                assert seen == list(range(int(positions[b, row // groups]) + 1))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("backend", ["CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"])
+def test_a_bf16_cuda_step_with_rows_at_different_positions_matches_hf_under_each_sdpa_backend(backend, tmp_path):
+    # The mask a fused kernel is handed at batch > 1, each row at its own position, prefill
+    # (T*G query rows) and decode (G rows): each backend must accept it (forced alone, SDPA
+    # raises if it declines) and compute what HF computes in fp32, within bf16 rounding (the
+    # CPU's bf16 step is 0.004 from HF there; a row reading another row's slots is 0.7 off)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    config = FAMILY_CONFIGS["qwen2-untied"]  # GQA groups of 2, head dim 16
+    hf = save_reference(config, tmp_path)
+    ours = build_model(config, torch.device("cuda"), torch.bfloat16, checkpoint=tmp_path)
+    lengths, steps = [3, 9, 6], 5
+    prompts = ragged_prompts(config.vocab_size, lengths)
+    fed = torch.randint(0, config.vocab_size, (len(lengths), steps), generator=torch.Generator().manual_seed(3))
+    ours.setup_cache(len(lengths), max(lengths) + steps)
+    attn = ours.model.layers[0].self_attn
+    q = torch.zeros(len(lengths), attn.kv_heads, attn.groups, attn.head_dim, device="cuda", dtype=torch.bfloat16)
+    kv = torch.zeros(len(lengths), attn.kv_heads, max(lengths) + steps, attn.head_dim, device="cuda",
+                     dtype=torch.bfloat16)
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        try:  # the shape alone, no mask: a backend this torch or device lacks is not the mask's fault
+            torch.nn.functional.scaled_dot_product_attention(q, kv, kv)
+        except RuntimeError as error:
+            pytest.skip(f"{backend} cannot run this shape here, mask or not: {error}")
+        got = _decode_rows(ours, prompts, fed)
+    want = _hf_rows(hf, prompts, fed)
+    assert (got - want).abs().max() <= 2e-2
 
 
 def test_a_model_without_its_cache_says_to_set_it_up(tiny_config):

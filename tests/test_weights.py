@@ -73,12 +73,16 @@ def test_a_misshaped_tensor_is_named_with_both_shapes(tmp_path):
         build_model(PRESETS["tiny"], CPU, torch.float32, checkpoint=tmp_path)
 
 
-def test_a_shard_named_by_the_index_but_missing_is_named(tmp_path):
+@pytest.mark.parametrize("lost", [[0], [0, -1]], ids=["one", "two"])
+def test_every_shard_named_by_the_index_but_missing_is_named(tmp_path, lost):
     save_reference(PRESETS["tiny"], tmp_path, max_shard_size="20KB")
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
-    gone = sorted(set(index["weight_map"].values()))[0]
-    (tmp_path / gone).unlink()
-    with pytest.raises(GraphrtError, match=f"names shard {gone}, which is missing"):
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2
+    gone = [shards[i] for i in lost]
+    for name in gone:
+        (tmp_path / name).unlink()
+    with pytest.raises(GraphrtError, match=f"names shard\\(s\\) {', '.join(gone)}, missing from "):
         build_model(PRESETS["tiny"], CPU, torch.float32, checkpoint=tmp_path)
 
 

@@ -38,9 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
 import inspect
+import json
 import mmap
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -50,8 +53,9 @@ from typing import Any
 
 import torch
 
+from graphrt.errors import GraphrtError, first_line
+from graphrt.io import write_json
 from graphrt.measure import nvtx
-from graphrt.errors import first_line
 
 NEEDS = "graph-node annotations need cuda.bindings >= 13.1 and a CUDA 13.1+ driver"
 NOT_REQUESTED = "graph-node annotations were not requested"
@@ -115,25 +119,57 @@ NO_NODE_IDS = ("this torch's profiler writes no `graph node id` on replayed kern
 TORCH_LIBRARIES = Path(torch.__file__).parent / "lib"
 
 
-@functools.cache
-def profiler_node_ids(libraries: Path = TORCH_LIBRARIES) -> str:
-    """Which graph-node records this torch's profiler writes on a replayed kernel, read from the
-    Chrome-trace field names its shared `libraries` hold (kineto is built into them): the node's
-    whole toolsId as `graph node id`, or its lower 32 bits with a separate `graph id` (newer
-    kineto), or none."""
+def _node_id_cache(libraries: Path) -> Path:
+    """Where the answer for one torch's `libraries` is kept: the user's cache directory."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "graphrt" / f"profiler-node-ids-{hashlib.sha1(str(libraries).encode()).hexdigest()[:12]}.json"
+
+
+def _scan_for_node_ids(files: list[Path]) -> str:
+    """Read every library for the Chrome-trace field names kineto writes on a replayed kernel."""
     names = {b"graph node id": False, b"graph id": False}
-    for library in sorted(libraries.glob("*.so*")):
+    for library in files:
         try:
             with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 for name in names:
                     names[name] = names[name] or data.find(b'"' + name + b'"') >= 0
         except (OSError, ValueError):  # unreadable, or empty
             continue
+        if all(names.values()):
+            break
     if not names[b"graph node id"]:
         return NO_NODE_IDS
     if names[b"graph id"]:
         return "`graph node id` (lower 32 bits) and `graph id` on replayed kernels"
     return "`graph node id` (the node's toolsId) on replayed kernels"
+
+
+@functools.cache
+def profiler_node_ids(libraries: Path = TORCH_LIBRARIES) -> str:
+    """Which graph-node records this torch's profiler writes on a replayed kernel, read from the
+    Chrome-trace field names its shared `libraries` hold (kineto is built into them): the node's
+    whole toolsId as `graph node id`, or its lower 32 bits with a separate `graph id` (newer
+    kineto), or none.
+
+    The libraries are read once per installed torch, not in every process (a CUDA build's are
+    gigabytes): the answer is kept in the user's cache directory under the libraries' names,
+    sizes and modification times, and read again only when one of them changes."""
+    files = sorted(libraries.glob("*.so*"))
+    key = [str(libraries), *([f.name, st.st_size, st.st_mtime_ns] for f in files for st in [f.stat()])]
+    kept = _node_id_cache(libraries)
+    try:
+        cached = json.loads(kept.read_text())
+        if cached["key"] == key:
+            return cached["answer"]
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: read the libraries
+        pass
+    answer = _scan_for_node_ids(files)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_json(kept, {"key": key, "answer": answer})
+    except (OSError, GraphrtError):  # a read-only home: read the libraries again next time
+        pass
+    return answer
 
 
 def unavailable(api: AnnotationApi | None = None) -> str | None:

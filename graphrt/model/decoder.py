@@ -28,6 +28,10 @@ from graphrt.model.config import Llama3Rope, ModelConfig
 from graphrt.errors import GraphrtError
 from graphrt.model.packing import PackedLinear, pack_checkpoint_names
 
+# elements between the attention mask's rows: 16 bytes in bf16, the alignment the memory-efficient
+# SDPA kernel wants of every stride of its bias
+MASK_ALIGN = 8
+
 
 def linear(fan_in: int, fan_out: int) -> nn.Linear:
     """A projection without bias: o_proj, down_proj, lm_head."""
@@ -275,14 +279,22 @@ class Qwen2ForCausalLM(nn.Module):
     def attention_mask(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """positions [B, T] -> the additive mask [B, 1, T*G, S] that `Qwen2Attention.attend`
         gives SDPA: 0 where the query at position p may see a cache slot (0..p), -inf elsewhere,
-        built on the device. Additive, since SDPA turns a boolean mask into this in every layer."""
+        built on the device. Additive, since SDPA turns a boolean mask into this in every layer.
+
+        Laid out as the fused CUDA kernels take it: every row its own memory (no stride-0
+        broadcast of one row over a group's query rows, which cuDNN reads as a real layout), and
+        rows MASK_ALIGN elements apart (the memory-efficient kernel copies a mask whose strides
+        are not, in every layer). The head dim is a plain size-1 broadcast, which every backend takes."""
         b, t = positions.shape
-        seen = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
-        mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, -math.inf)
+        s = self.seq_index.numel()
         # one row per (query, head of its group), in attend's order t*G + g; the layers' own G
         # (a tensor-parallel rank holding one replicated KV head has fewer query heads per group)
         groups = self.model.layers[0].self_attn.groups
-        return mask[:, None, :, None].expand(b, 1, t, groups, -1).reshape(b, 1, t * groups, -1)
+        seen = self.seq_index <= positions.unsqueeze(-1)  # [B, T, S]
+        seen = seen[:, None, :, None].expand(b, 1, t, groups, s).reshape(b, 1, t * groups, s)
+        row = -(-s // MASK_ALIGN) * MASK_ALIGN
+        mask = torch.zeros(b, 1, t * groups, row, dtype=dtype, device=seen.device)[..., :s]
+        return mask.masked_fill_(~seen, -math.inf)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """The last layer's output [B, T, C] -> logits [B, T, V]."""

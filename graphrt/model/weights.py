@@ -80,9 +80,9 @@ def _tensor_files(path: Path) -> dict[str, Path] | list[Path]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise GraphrtError(f"{index}: expected JSON with a 'weight_map' object ({e})") from None
-        for name in sorted(set(weight_map.values())):
-            if not (path / name).is_file():
-                raise GraphrtError(f"{index}: names shard {name}, which is missing")
+        absent = [name for name in sorted(set(weight_map.values())) if not (path / name).is_file()]
+        if absent:  # every one of them, not the first: a copy that lost shards lost them together
+            raise GraphrtError(f"{index}: names shard(s) {', '.join(absent)}, missing from {path}")
         return {tensor: path / name for tensor, name in weight_map.items()}
     if (path / SINGLE_FILE).is_file():
         return [path / SINGLE_FILE]
