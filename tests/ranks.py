@@ -9,7 +9,7 @@ import torch.distributed as dist
 from graphrt.graphs import GraphCaptureError, capture
 from graphrt.graphs.agree import check_ranks_agree
 from graphrt.measure.opcount import op_names
-from graphrt.parallel import group as ranks_
+from graphrt.parallel import ranks as ranks_
 from graphrt.run.rank_figures import slowest_per_step
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from graphrt.backends.eager import EagerBackend
-from graphrt.backends.hf import PeerBackend, unavailable
+from graphrt.backends.peer import PeerBackend, unavailable
 from graphrt.run.decode import count_launches, decode, random_prompt
 from graphrt.model.weights import build_model
 

@@ -196,11 +196,11 @@ def test_a_value_a_module_passes_to_its_child_names_that_module_not_the_child():
 @pytest.fixture
 def deep_run(monkeypatch):
     """`graphrt run --model tiny` builds a LAYERS-layer tiny; `plant(fn)` changes it as built."""
-    from graphrt.run import execute as runner
+    from graphrt.run import execute
 
     planted = []
-    resolve, build = runner.resolve, runner.build_model
-    monkeypatch.setattr(runner, "resolve", lambda name: (replace(resolve(name)[0], num_hidden_layers=LAYERS), None))
+    resolve, build = execute.resolve, execute.build_model
+    monkeypatch.setattr(execute, "resolve", lambda name: (replace(resolve(name)[0], num_hidden_layers=LAYERS), None))
 
     def build_and_plant(*args, **kwargs):
         model = build(*args, **kwargs)
@@ -208,7 +208,7 @@ def deep_run(monkeypatch):
             plant(model)
         return model
 
-    monkeypatch.setattr(runner, "build_model", build_and_plant)
+    monkeypatch.setattr(execute, "build_model", build_and_plant)
     return planted.append
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from graphrt.measure import nvtx as gn
 from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
-from graphrt.trace.record.nsys import run_bounded
+from graphrt.trace.record.nsys_profile import run_bounded
 from graphrt.model.weights import build_model
 from graphrt.measure import range_names
 

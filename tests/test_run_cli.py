@@ -84,7 +84,7 @@ def test_the_ops_table_shows_hfs_step_on_the_same_config_and_weights(cli, tmp_pa
 
 
 def test_without_transformers_the_table_says_why_hf_has_no_row(cli, monkeypatch):
-    from graphrt.backends import hf as peer
+    from graphrt.backends import peer
 
     monkeypatch.setattr(peer, "unavailable", lambda: "transformers is not installed")
     result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager")

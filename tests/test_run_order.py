@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from graphrt.measure import nvtx
-from graphrt.run import execute as runner
-from graphrt.backends import hf as peer
+from graphrt.run import execute
+from graphrt.backends import peer
 from graphrt.measure.profiling import sessions_opened
 from graphrt.run.execute import RunSpec
 
@@ -40,7 +40,7 @@ def _steps_and_counts(events):
 
 def test_launches_are_counted_after_every_mode_is_timed():
     with nvtx.record_to([]) as events:
-        result = runner.run(RunSpec(model="tiny", device="cpu", steps=6, mode="both"))
+        result = execute.run(RunSpec(model="tiny", device="cpu", steps=6, mode="both"))
     steps, counts = _steps_and_counts(events)
     # and HF's step, for the table's reference row, counted last (where transformers is installed)
     reference = [] if peer.unavailable() else ["count[hf]"]
@@ -94,7 +94,7 @@ def test_cuda_run_counts_every_mode_in_one_profiler_session():
     # CUPTI 13.0 mis-links graph launches in every session after a process's first: one session
     # for all modes keeps each mode's replays in the same session, the first of a fresh process
     opened = sessions_opened()
-    result = runner.run(RunSpec(model="tiny", device="cuda", steps=4, mode="all"))
+    result = execute.run(RunSpec(model="tiny", device="cuda", steps=4, mode="all"))
     sessions = {gen.launches.profiler_session for gen in result.generations.values()}
     assert sessions == {opened + 1} == {sessions_opened()}
     graph, eager = result.generations["graph"].launches, result.generations["eager"].launches

@@ -20,7 +20,7 @@ import torch
 from click.testing import CliRunner
 
 from graphrt.measure import nvtx
-from graphrt.run import execute as runner
+from graphrt.run import execute
 from graphrt.backends.eager import EagerBackend
 from graphrt.cli.main import main
 from graphrt.errors import GraphrtError
@@ -28,7 +28,7 @@ from graphrt.measure.opcount import op_names
 from graphrt.run.execute import RunSpec
 from graphrt.trace import Range, Trace, load_trace
 from graphrt.trace.analysis.steps import analyze
-from graphrt.trace.record.nsys import run_bounded
+from graphrt.trace.record.nsys_profile import run_bounded
 from graphrt.trace.record.make_traces import choose_profiler, publish
 
 # tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
@@ -45,7 +45,7 @@ def _invoke(*args: object):
 def eager_step() -> tuple[list[str], list[str]]:
     """One eager step of `tiny`, run with no profiler: the module ranges it pushes, in order, and
     the ops it dispatches as `graphrt run` counts them (graphrt.measure.opcount: views left out)."""
-    _, model, _, _ = runner.load(RunSpec(model="tiny", device="cpu"))
+    _, model, _, _ = execute.load(RunSpec(model="tiny", device="cpu"))
     model.setup_cache(1, 16)
     backend = EagerBackend(model)
     tokens, positions = torch.zeros(1, 1, dtype=torch.long), torch.full((1,), 8)

@@ -30,7 +30,7 @@ from tabulate import tabulate
 
 from graphrt.measure import hardware
 from graphrt.backends import PrepareReport
-from graphrt.backends.hf import NAME as PEER
+from graphrt.backends.peer import NAME as PEER
 from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.bench.scenario import Point, Scenario
 from graphrt.run.decode import Generation

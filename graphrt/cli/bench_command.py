@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from graphrt.bench import sweep_plot as plot, results
+from graphrt.bench import results, sweep_plot
 from graphrt.bench.sweep import Sweep
 from graphrt.bench.scenario import load_scenario, with_overrides
 from graphrt.errors import GraphrtError
@@ -47,7 +47,7 @@ def run(scenario: str, out: str, **overrides: int | None) -> int:
         click.echo(results.memory_table(doc))
         for line in results.notes(doc):
             click.echo(f"note: {line}")
-        click.echo(plot.write_plot(doc, json_path.with_suffix(".png")))
+        click.echo(sweep_plot.write_plot(doc, json_path.with_suffix(".png")))
     click.echo(f"wrote {json_path}" + (" (partial)" if doc["partial"] else ""))
     if stopped := results.stopped_line(doc):
         click.echo(stopped, err=True)

@@ -51,7 +51,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         rank = ""
         if "RANK" in os.environ:  # maybe one rank of a tensor-parallel run: only then import torch
-            from graphrt.parallel import group as ranks
+            from graphrt.parallel import ranks
 
             rank = f"rank {ranks.launched_rank()}: " if ranks.launched() else ""
         try:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from graphrt.run import report, execute as runner, text
+from graphrt.run import execute, report, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.measure.nvtx import check_recording
 from graphrt.cli.options import decode_options
-from graphrt.parallel import launch, group as ranks
+from graphrt.parallel import launch, ranks
 from graphrt.run.execute import RunSpec
 
 MODE_CHOICES = (*MODES, *GROUPS)
@@ -54,16 +54,16 @@ def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None
     if warning := check_recording():
         echo(f"warning: {warning}", err=True)
 
-    def generated(result: runner.RunResult) -> dict:
+    def generated(result: execute.RunResult) -> dict:
         return {mode: gen.tokens for mode, gen in result.generations.items()}
 
-    def document(result: runner.RunResult) -> dict:
+    def document(result: execute.RunResult) -> dict:
         doc = report.to_dict(result)
         if tokenizer:
             text.add_text(doc, tokenizer, generated(result))
         return doc
 
-    def mode_done(result: runner.RunResult, mode: str) -> None:
+    def mode_done(result: execute.RunResult, mode: str) -> None:
         if len(result.generations) == 1:
             echo(report.header(result))
             echo(report.timing_header())
@@ -71,7 +71,7 @@ def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None
         if json_path and leader:  # after every mode: a later failure or a timeout keeps what ran
             write_json(json_path, document(result))
 
-    result = runner.run(spec, on_mode=lambda m: echo(f"running {m}…", err=True), on_done=mode_done)
+    result = execute.run(spec, on_mode=lambda m: echo(f"running {m}…", err=True), on_done=mode_done)
     echo(report.launches_table(result))
     if result.per_rank:
         echo(f"\n{result.ranks.world} ranks, each figure the slowest rank's unless per rank:")

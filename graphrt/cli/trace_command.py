@@ -9,9 +9,9 @@ from tabulate import tabulate
 
 from graphrt.errors import GraphrtError
 from graphrt.cli.options import decode_options
-from graphrt.parallel import launch, group as ranks
+from graphrt.parallel import launch, ranks
 from graphrt.trace.record.per_rank import make_rank_traces
-from graphrt.run import execute as runner
+from graphrt.run import execute
 from graphrt.run.execute import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
@@ -85,7 +85,7 @@ def _trace_ranks(spec: RunSpec, profiler: str, out: Path, overhead: int) -> None
     if profiler == "nsys" or overhead:
         raise GraphrtError("--tp traces each rank with torch.profiler: give --profiler torch "
                            "(or auto), and no --overhead")
-    me = runner.join_ranks(spec)
+    me = execute.join_ranks(spec)
     made = make_rank_traces(spec, me, out, say=lambda line: click.echo(line, err=True) if me.leader else None)
     ranks.leave()
     if made is not None:

@@ -58,7 +58,7 @@ class AllReduce(nn.Module):
 
 class Shard(Protocol):
     """Where a rank stands, as the model needs it: rank `rank` of `world`, and the name of the
-    process group its collectives take (graphrt.parallel.group.Ranks is one)."""
+    process group its collectives take (graphrt.parallel.ranks.Ranks is one)."""
 
     rank: int
     world: int

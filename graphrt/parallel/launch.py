@@ -20,7 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from graphrt.model.config import resolve
 from graphrt.errors import GraphrtError
 from graphrt.model.sharding import split
-from graphrt.parallel.group import launched
+from graphrt.parallel.ranks import launched
 
 
 def _config(ranks: int) -> LaunchConfig:

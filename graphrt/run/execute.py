@@ -17,9 +17,9 @@ from graphrt.errors import GraphrtError
 from graphrt.graphs.localize import Localization
 from graphrt.measure.launches import StepLaunches
 from graphrt.run.diagnose import locate_differences
-from graphrt.run import rank_figures as figures
-from graphrt.parallel import group as ranks_
-from graphrt.parallel.group import Ranks
+from graphrt.run import rank_figures
+from graphrt.parallel import ranks as ranks_
+from graphrt.parallel.ranks import Ranks
 from graphrt.model.weights import build_model
 from graphrt.run.machine import machine
 
@@ -111,7 +111,7 @@ class RunResult:
     localizations: dict[str, Localization] = field(default_factory=dict)
     ranks: Ranks | None = None  # this process's place in a tensor-parallel run
     # per mode, every rank's figures (tensor-parallel runs only)
-    per_rank: dict[str, list[figures.RankFigures]] = field(default_factory=dict)
+    per_rank: dict[str, list[rank_figures.RankFigures]] = field(default_factory=dict)
 
 
 def load(spec: RunSpec, ranks: Ranks | None = None
@@ -171,15 +171,15 @@ def join_ranks(spec: RunSpec) -> Ranks | None:
     return ranks
 
 
-def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int) -> list[figures.RankFigures]:
+def _rank_figures(backend: Backend, gen: Generation, ranks: Ranks, position: int) -> list[rank_figures.RankFigures]:
     """This mode's figures of every rank, with one more step profiled for its collectives."""
     with torch.inference_mode():
         tokens, positions = first_step_inputs(gen, position, ranks.device)
-        share = figures.collective_share(lambda: backend.step(tokens, positions), ranks.device,
+        share = rank_figures.collective_share(lambda: backend.step(tokens, positions), ranks.device,
                                           backend.countable_on_cpu)
-    mine = figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
+    mine = rank_figures.RankFigures(ranks.rank, tuple(gen.step_ms), gen.launches and gen.launches.ops, share,
                                tuple(map(tuple, gen.tokens.tolist())), measure_on(ranks.device.type))
-    return figures.gather(mine)
+    return rank_figures.gather(mine)
 
 
 def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | None,
@@ -233,7 +233,7 @@ def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor, ranks: Rank
                        ) -> tuple[Backend | None, str | None]:
     """HF transformers' eager step (the bench's peer: StaticCache, the same weights), prefilled
     with the prompt, so its next step is the one graphrt's modes counted; or why it cannot run."""
-    from graphrt.backends import hf as peer
+    from graphrt.backends import peer
 
     if ranks is not None:
         return None, "not under --tp: HF's step needs the whole model, a rank holds a share"

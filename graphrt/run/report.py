@@ -12,7 +12,7 @@ from graphrt.measure.collective_share import OF, measure_on
 from graphrt.measure.roofline import step_cost
 from graphrt.run.decode import Generation
 from graphrt.run.equivalence import compare
-from graphrt.run import rank_figures as figures
+from graphrt.run import rank_figures
 from graphrt.run.execute import RunResult
 
 MIB = 1 << 20
@@ -96,8 +96,8 @@ def ranks_table(result: RunResult) -> str:
     per rank the share of a profiled step in collectives and what it launches per step."""
     rows = []
     for mode, ranks in result.per_rank.items():
-        s = figures.slowest(ranks)
-        rows.append([mode, s.median, s.p10, s.p90, figures.spread_ms(ranks),
+        s = rank_figures.slowest(ranks)
+        rows.append([mode, s.median, s.p10, s.p90, rank_figures.spread_ms(ranks),
                      " / ".join("-" if r.collective_share is None else f"{100 * r.collective_share:.1f}"
                                 for r in ranks),
                      " / ".join("-" if r.ops is None else str(r.ops) for r in ranks)])

@@ -32,7 +32,7 @@ import numpy as np
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.events import ApiCalls, Kernels, Progress, Ranges, Trace, link_launches
-from graphrt.trace.record.nsys import export_command, run_bounded
+from graphrt.trace.record.nsys_profile import export_command, run_bounded
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # .qdrep: what releases before 2021.4 wrote

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from graphrt.run import execute as runner
+from graphrt.run import execute
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
 from graphrt.trace.record.record_modes import nsys_window, record_modes, torch_window
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     try:
         with open(spec_path) as f:
             spec = spec_from_dict(json.load(f))
-        config, model, device, _ = runner.load(spec)
+        config, model, device, _ = execute.load(spec)
         window = (lambda mode: torch_window(device, Path(chrome[0]))) if chrome else (lambda mode: nsys_window(device))
         # on CUDA the trace counts: torch.profiler cannot count under nsys (one CUPTI subscriber),
         # and under torch.profiler a count would be a second session

@@ -38,13 +38,13 @@ from typing import Any
 import torch
 
 import graphrt
-from graphrt.run import execute as runner
+from graphrt.run import execute
 from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
 from graphrt.run.execute import RunSpec
-from graphrt.trace.record import nsys as nsys_profile
+from graphrt.trace.record import nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
 from graphrt.trace.record.overhead import NvtxOverhead, measure_nvtx_overhead
 from graphrt.trace.record.record_modes import RecordedMode
@@ -278,7 +278,7 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
         raise GraphrtError(f"--overhead must be at least {MIN_OVERHEAD_STEPS} steps, got {overhead_steps}")
     chosen = choose_profiler(profiler)
     config, _ = resolve(spec.model)
-    device = runner.resolve_device(spec.device)
+    device = execute.resolve_device(spec.device)
     started = time.localtime()
     name = trace_name(started, config, spec)
     with _terminate_as_exit():
@@ -287,7 +287,7 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
             overhead = None
             if overhead_steps:
                 say(f"measuring NVTX overhead: {overhead_steps} eager steps with ranges on, as many off…")
-                overhead = measure_nvtx_overhead(runner.load(spec)[1], spec.batch, spec.prompt_len,
+                overhead = measure_nvtx_overhead(execute.load(spec)[1], spec.batch, spec.prompt_len,
                                                  overhead_steps, spec.seed)
             # the recording processes load their own models
             record = _record_with_torch if chosen == "torch" else _record_with_nsys

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from graphrt.run import execute as runner
+from graphrt.run import execute
 from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
-from graphrt.parallel.group import Ranks
+from graphrt.parallel.ranks import Ranks
 from graphrt.run.execute import RunSpec
 from graphrt.trace.record.record_modes import record_modes, torch_window
 from graphrt.trace.record.make_traces import MadeTraces, Say, _scratch_dir, publish, trace_name, write_summary
@@ -47,7 +47,7 @@ def make_rank_traces(spec: RunSpec, ranks: Ranks, out: Path, say: Say) -> MadeTr
     mine = scratch / f"rank{ranks.rank}"
     try:
         mine.mkdir()
-        _, model, device, _ = runner.load(spec, ranks)
+        _, model, device, _ = execute.load(spec, ranks)
         say(f"recording {spec.mode} on {ranks.world} ranks under torch.profiler…")
         recorded = record_modes(spec, config, model, window=lambda mode: torch_window(device, mine / f"{mode}.json"),
                                 count=device.type != "cuda")

@@ -1,6 +1,6 @@
 """Record decode steps in this process: warm up outside the recording, then record the steps.
 
-    config, model, device, _ = runner.load(spec)
+    config, model, device, _ = execute.load(spec)
     recorded = record_modes(spec, config, model, window=lambda mode: torch_window(device, path))
 
 For each mode of the spec: capture (graph mode), prefill and the warmup steps run first, none of
@@ -39,7 +39,7 @@ from graphrt.measure.profiling import Session, profiler_session
 from graphrt.measure.profiling import profiler_activities  # noqa: F401  (the device scripts import it from here)
 from graphrt.run.execute import RunSpec
 
-RECORD_RANGE = "record"  # graphrt.trace.record.nsys.CAPTURE_RANGE names it too
+RECORD_RANGE = "record"  # graphrt.trace.record.nsys_profile.CAPTURE_RANGE names it too
 
 # A recording window for a mode; what it yields is the profiler session it opened, if any.
 Window = Callable[[str], contextlib.AbstractContextManager[Session | None]]
@@ -103,7 +103,7 @@ def _node_ranges(backend: Backend) -> tuple[dict[str, dict[str, list[str]]], lis
 
 @contextlib.contextmanager
 def nsys_window(device: torch.device) -> Iterator[None]:
-    """What `nsys profile` records (see graphrt.trace.record.nsys.profile_command).
+    """What `nsys profile` records (see graphrt.trace.record.nsys_profile.profile_command).
 
     On CUDA the GPU is drained on both sides, so no warmup kernel runs inside the capture and
     every recorded step's kernels finish before cudaProfilerStop ends it.
