@@ -71,10 +71,11 @@ def test_a_whole_compile_run_timing_and_counting_compiles_the_step_once():
     # The count re-runs a step after the timing: its inputs must pass the same Dynamo guards
     # (inference tensors, contiguous) or the counted step is a fresh compile's warm-up.
     from graphrt.run import execute
+    from graphrt.run.spec import RunSpec
 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    result = execute.run(execute.RunSpec(model="tiny", device="cpu", mode="compile", steps=6))
+    result = execute.run(RunSpec(model="tiny", device="cpu", mode="compile", steps=6))
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert not torch._dynamo.utils.counters["recompiles"]
     assert len(result.generations["compile"].step_ms) == 6 - result.spec.warmup

@@ -23,7 +23,7 @@ from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED, a
 from graphrt.trace.analysis.modules import NodeLookup, Reference, compare_modules
 from graphrt.trace.record.record_modes import torch_window
 from graphrt.model.decoder import Qwen2ForCausalLM
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 from graphrt.trace.record.make_traces import make_traces
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines
 from graphrt.model.weights import build_model

@@ -20,7 +20,7 @@ from graphrt.measure import nvtx
 from graphrt.run import execute
 from graphrt.backends import peer
 from graphrt.measure.profiling import sessions_opened
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,8 @@ import torch
 from graphrt.run import text
 from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
-from graphrt.run.execute import RunSpec, run
+from graphrt.run.execute import run
+from graphrt.run.spec import RunSpec
 
 from conftest import save_reference
 from test_run_cli import one_line_error

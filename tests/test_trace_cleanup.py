@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 from graphrt.trace.record.make_traces import make_traces
 
 REPO = Path(__file__).resolve().parents[1]

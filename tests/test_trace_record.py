@@ -25,7 +25,7 @@ from graphrt.backends.eager import EagerBackend
 from graphrt.cli.main import main
 from graphrt.errors import GraphrtError
 from graphrt.measure.opcount import op_names
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 from graphrt.trace import Range, Trace, load_trace
 from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.record.nsys_profile import run_bounded

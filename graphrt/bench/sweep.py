@@ -41,7 +41,8 @@ from graphrt.parallel import launch, ranks as ranks_
 from graphrt.run.rank_figures import slowest_per_step
 from graphrt.model.sharding import rank_shapes, split
 from graphrt.parallel.ranks import Ranks
-from graphrt.run.execute import RunSpec, load, resolve_device, resolve_dtype
+from graphrt.run.execute import load
+from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
 
 
 def _cuda_memory() -> dict[str, int]:

@@ -6,7 +6,7 @@ import click
 from tabulate import tabulate
 
 from graphrt.measure import hardware
-from graphrt.run.execute import resolve_device, resolve_dtype
+from graphrt.run.spec import resolve_device, resolve_dtype
 from graphrt.run.machine import machine
 
 

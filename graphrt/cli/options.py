@@ -8,7 +8,7 @@ import click
 
 from graphrt.backends.graph import parse_buckets
 from graphrt.model.config import PRESETS
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 
 
 def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:

@@ -12,7 +12,7 @@ from graphrt.io import check_writable, write_json
 from graphrt.measure.nvtx import check_recording
 from graphrt.cli.options import decode_options
 from graphrt.parallel import launch, ranks
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 
 MODE_CHOICES = (*MODES, *GROUPS)
 

@@ -12,7 +12,7 @@ from graphrt.cli.options import decode_options
 from graphrt.parallel import launch, ranks
 from graphrt.trace.record.per_rank import make_rank_traces
 from graphrt.run import execute
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
 from graphrt.trace.present.tables import format_comparison

@@ -43,7 +43,7 @@ from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec, resolve_device
 from graphrt.trace.record import nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
 from graphrt.trace.record.overhead import NvtxOverhead, measure_nvtx_overhead
@@ -278,7 +278,7 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
         raise GraphrtError(f"--overhead must be at least {MIN_OVERHEAD_STEPS} steps, got {overhead_steps}")
     chosen = choose_profiler(profiler)
     config, _ = resolve(spec.model)
-    device = execute.resolve_device(spec.device)
+    device = resolve_device(spec.device)
     started = time.localtime()
     name = trace_name(started, config, spec)
     with _terminate_as_exit():

@@ -25,7 +25,7 @@ from graphrt.run import execute
 from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
 from graphrt.parallel.ranks import Ranks
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 from graphrt.trace.record.record_modes import record_modes, torch_window
 from graphrt.trace.record.make_traces import MadeTraces, Say, _scratch_dir, publish, trace_name, write_summary
 

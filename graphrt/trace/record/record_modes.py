@@ -37,7 +37,7 @@ from graphrt.measure.launches import StepLaunches
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
 from graphrt.measure.profiling import Session, profiler_session
 from graphrt.measure.profiling import profiler_activities  # noqa: F401  (the device scripts import it from here)
-from graphrt.run.execute import RunSpec
+from graphrt.run.spec import RunSpec
 
 RECORD_RANGE = "record"  # graphrt.trace.record.nsys_profile.CAPTURE_RANGE names it too
 
