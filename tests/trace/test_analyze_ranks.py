@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS, WARMUP = 6, 2  # 4 recorded steps per mode and rank
 STEP_PREFIXES = ("decode_step[", "replay[")
 
@@ -146,7 +146,7 @@ def test_a_missing_or_unreadable_rank_gets_one_line(cli, tp_traces, tmp_path, ca
     assert not (tmp_path / "out.json").exists()
 
 
-NCCL_RANKS = [Path(__file__).parent / "data" / "torch" / f"hta-nccl-rank{r}-sendrecv.json.gz" for r in (0, 1)]
+NCCL_RANKS = [Path(__file__).parents[1] / "data" / "torch" / f"hta-nccl-rank{r}-sendrecv.json.gz" for r in (0, 1)]
 
 
 def _nccl_dir(tmp_path: Path, order: tuple[int, int]) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 from graphrt.run.spec import RunSpec
 from graphrt.trace.record.make_traces import make_traces
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_trace_stopped_with_sigterm_removes_its_partial_directory(tmp_path):

@@ -25,7 +25,7 @@ from graphrt.trace.record.nsys_profile import run_bounded
 from graphrt.model.weights import build_model
 from graphrt.measure import range_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

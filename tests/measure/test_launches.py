@@ -68,7 +68,7 @@ def test_a_step_that_cannot_be_counted_on_the_cpu_still_runs():
     assert counted == {"compiled": StepLaunches(ops=None)} and ran[0].tolist() == [2.0, 2.0, 2.0]
 
 
-TORCH_DATA = Path(__file__).parent / "data" / "torch"
+TORCH_DATA = Path(__file__).parents[1] / "data" / "torch"
 
 
 @pytest.mark.parametrize("fixture", ["hta-a100-alexnet-eager.json.gz", "hta-v100-graph-launches.json.gz"])

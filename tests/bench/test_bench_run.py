@@ -20,7 +20,7 @@ from graphrt.bench.scenario import load_scenario
 from graphrt.cli.main import main
 from graphrt.model.config import PRESETS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "scenarios" / "baseline.toml"
 HAS_TRANSFORMERS = True
 try:

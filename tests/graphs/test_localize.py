@@ -428,7 +428,7 @@ def test_probe_copies_are_captured_so_each_replay_leaves_its_module_outputs():
 
 
 def test_the_device_check_script_names_the_planted_weight_and_finds_nothing_in_a_clean_step(tmp_path, capsys):
-    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "gpu_localize.py"))
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "gpu_localize.py"))
     out = tmp_path / "localize.json"
     assert script["main"](["--out", str(out)]) == 0
     printed = capsys.readouterr().out

@@ -21,7 +21,7 @@ from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.idle import KERNEL_WAIT_NS, step_launch_idle
 from graphrt.trace.analysis.timeline import step_timelines
 
-V100 = Path(__file__).parent / "data" / "torch" / "hta-v100-graph-launches.json.gz"
+V100 = Path(__file__).parents[1] / "data" / "torch" / "hta-v100-graph-launches.json.gz"
 
 
 @pytest.fixture(scope="module")

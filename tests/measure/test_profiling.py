@@ -11,7 +11,7 @@ import torch
 
 from graphrt.measure.profiling import KINETO_PROGRESS, profiler_session, sessions_opened
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
 
 

@@ -7,7 +7,7 @@ import pytest
 from graphrt.bench.scenario import Point, load_scenario, with_overrides
 from graphrt.errors import GraphrtError
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 VALID = """
 models = ["tiny"]

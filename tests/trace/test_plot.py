@@ -9,7 +9,7 @@ from graphrt.measure.range_names import KIND_COLORS
 
 mpimg = pytest.importorskip("matplotlib.image")
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def _pixels(path: Path):

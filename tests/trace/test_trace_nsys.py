@@ -21,7 +21,7 @@ from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze
 
 # Real exports from GPU machines (tests/data/nsys/README.md names their sources)
-FIXTURES = Path(__file__).resolve().parent / "data" / "nsys"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "nsys"
 OLD = FIXTURES / "pipit-saxpy-mpi-cuda-nsys2022.2.sqlite"  # schema 2.9.1, 1 GPU, MPI + NVTX
 NEW = FIXTURES / "nsysai-h100-2gpu-nsys2026.2.sqlite"  # schema 3.25.0, 2 GPUs, 16,782 ranges
 

@@ -22,7 +22,7 @@ from graphrt.backends import peer
 from graphrt.measure.profiling import sessions_opened
 from graphrt.run.spec import RunSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _steps_and_counts(events):

@@ -17,7 +17,7 @@ from graphrt.model.config import PRESETS
 
 from conftest import save_reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one_line_error(result, *fragments, code=1):

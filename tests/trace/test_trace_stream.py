@@ -17,7 +17,7 @@ from graphrt.trace.read import json_stream
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 V100 = REPO / "tests" / "data" / "torch" / "hta-v100-graph-launches.json.gz"
 GROW = runpy.run_path(str(REPO / "scripts" / "bench_trace.py"))["grow"]
 

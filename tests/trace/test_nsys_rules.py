@@ -13,7 +13,7 @@ from graphrt.errors import GraphrtError
 from graphrt.trace import load_trace
 from graphrt.trace.read import nsys_sqlite
 
-FIXTURES = Path(__file__).resolve().parent / "data" / "nsys"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "nsys"
 EXPORTS = [FIXTURES / "pipit-saxpy-mpi-cuda-nsys2022.2.sqlite", FIXTURES / "nsysai-h100-2gpu-nsys2026.2.sqlite"]
 
 RUNTIME, KERNEL, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS"

@@ -1,6 +1,6 @@
 """`graphrt analyze` gives, on every real trace the project keeps, the figures it gave before the
 readers streamed their input: the reference outputs in tests/data/reference/ were recorded from
-the reader that loaded each file whole (`python tests/test_reference_figures.py` records them
+the reader that loaded each file whole (`python tests/trace/test_reference_figures.py` records them
 again, for a change that means to alter a figure). Each Chrome trace is read gzipped and plain."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REFERENCE = DATA / "reference"
 
 # case -> the files analysed together, relative to tests/data

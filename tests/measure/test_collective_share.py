@@ -17,7 +17,7 @@ from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.rank_steps import RankGroup, collective_time
 
-DATA = Path(__file__).parent / "data" / "torch"
+DATA = Path(__file__).parents[1] / "data" / "torch"
 V100 = DATA / "hta-v100-graph-launches.json.gz"  # 64 NCCL kernels: all-reduces and send/recvs
 LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch")
 

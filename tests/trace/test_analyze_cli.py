@@ -170,7 +170,7 @@ def test_graph_kernels_linked_to_their_launches_give_each_replay_its_own(tmp_pat
     assert [s.kernels for s in report.step_groups[0].steps] == [3, 3, 3]
     assert not any("not linked" in note for note in report.notes)
     # the real V100 trace: 12 cudaGraphLaunch calls, each with the kernels of its replay
-    real = analyze(read_chrome_trace(Path(__file__).parent / "data" / "torch" / "hta-v100-graph-launches.json.gz"))
+    real = analyze(read_chrome_trace(Path(__file__).parents[1] / "data" / "torch" / "hta-v100-graph-launches.json.gz"))
     assert (real.counts["graph_launches"], real.counts["graph_launches_without_kernels"]) == (12, 0)
     assert not any("not linked" in note for note in real.notes)
 

@@ -12,7 +12,7 @@ import pytest
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.chrome import read_chrome_trace
 
-TORCH_DATA = Path(__file__).parent / "data" / "torch"
+TORCH_DATA = Path(__file__).parents[1] / "data" / "torch"
 A100 = TORCH_DATA / "hta-a100-alexnet-eager.json.gz"
 V100 = TORCH_DATA / "hta-v100-graph-launches.json.gz"
 
