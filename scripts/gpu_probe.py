@@ -29,10 +29,10 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.run.decode import decode, random_prompt
 from graphrt.io import write_json
 from graphrt.measure.launches import launch_kind
 from graphrt.measure.profiling import profiler_session, sessions_opened
+from graphrt.run.decode import decode, random_prompt
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec
 from graphrt.trace.read.chrome import read_chrome_trace

@@ -96,8 +96,8 @@ def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, 
 def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
     from graphrt.backends.factory import make_backend
     from graphrt.model.config import resolve
-    from graphrt.run.decode import decode
     from graphrt.model.weights import build_model
+    from graphrt.run.decode import decode
 
     config, checkpoint = resolve(model)
     from graphrt.measure import nvtx

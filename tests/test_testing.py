@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
 from graphrt.testing import (ReplayComparison, assert_lint_clean, assert_replays_like_eager, compare_replay,
                              first_difference)
-from graphrt.model.weights import build_model
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

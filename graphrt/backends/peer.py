@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from graphrt.backends import Backend
-from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.measure.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2ForCausalLM
 
 NAME = "hf"
 

@@ -28,14 +28,14 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
-from graphrt.measure import hardware
 from graphrt.backends import PrepareReport
 from graphrt.backends.peer import NAME as PEER
-from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.bench.scenario import Point, Scenario
-from graphrt.run.decode import Generation
 from graphrt.errors import GraphrtError
+from graphrt.measure import hardware
+from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.measure.stats import Stats
+from graphrt.run.decode import Generation
 from graphrt.run.machine import machine
 
 FORMAT = "graphrt-bench/1"

@@ -25,23 +25,22 @@ from typing import Any
 
 import torch
 
-from graphrt.measure import hardware
-from graphrt.backends import Backend
+from graphrt.backends import Backend, peer
 from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
-from graphrt.backends import peer
 from graphrt.bench import results
-from graphrt.measure.roofline import Ceilings, ceilings, step_cost
 from graphrt.bench.scenario import Point, Scenario
-from graphrt.model.config import resolve
-from graphrt.run.decode import Generation, count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
+from graphrt.measure import hardware
+from graphrt.measure.roofline import Ceilings, ceilings, step_cost
+from graphrt.model.config import resolve
 from graphrt.model.decoder import Qwen2ForCausalLM
-from graphrt.parallel import launch, ranks as ranks_
-from graphrt.run.rank_figures import slowest_per_step
 from graphrt.model.sharding import rank_shapes, split
+from graphrt.parallel import launch, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
+from graphrt.run.decode import Generation, count_launches, decode, random_prompt
 from graphrt.run.execute import load
+from graphrt.run.rank_figures import slowest_per_step
 from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
 
 

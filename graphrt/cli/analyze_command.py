@@ -11,18 +11,19 @@ import click
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.trace import load_trace
-from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace, compare_steps
-from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.analysis.rank_steps import CollectiveTime, RankGroup, collective_time, format_ranks, rank_dirs, ranks_dict
 from graphrt.trace.analysis.idle import StepLaunchIdle, step_launch_idle
+from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.modules import replay_modules
 from graphrt.trace.analysis.names import is_replay
-from graphrt.trace.read.progress import ReadProgress
-from graphrt.trace.present.tables import comparison_dict, format_comparison, format_report, report_dict
-from graphrt.trace.present.step_tables import (format_launch_idle, format_replay_modules, launch_idle_dict,
-                                         replay_modules_dict)
+from graphrt.trace.analysis.rank_steps import (CollectiveTime, RankGroup, collective_time, format_ranks,
+                                               rank_dirs, ranks_dict)
+from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines, whole_trace
+from graphrt.trace.present.step_tables import (format_launch_idle, format_replay_modules, launch_idle_dict,
+                                               replay_modules_dict)
+from graphrt.trace.present.tables import comparison_dict, format_comparison, format_report, report_dict
 from graphrt.trace.read.capture_records import capture_records
+from graphrt.trace.read.progress import ReadProgress
 
 
 def _trace_files(paths: tuple[str, ...]) -> list[Path]:
@@ -140,7 +141,8 @@ def _analyze_ranks(path: Path, dirs: list[Path], json_path: str | None, plot_pat
     click.echo(format_ranks(path, ranks))
     click.echo(f"\nevery figure of one rank: graphrt analyze {dirs[0]}")
     if plot_path:
-        from graphrt.trace.present.step_picture import plot_rank_steps  # matplotlib is optional: only for --plot
+        # matplotlib is optional: imported only for --plot
+        from graphrt.trace.present.step_picture import plot_rank_steps
 
         click.echo(plot_rank_steps([[a.timelines for a in mine] for mine in analysed],
                                    [[capture_records(p) for p in rank_files] for rank_files in files],

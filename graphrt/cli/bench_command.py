@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from graphrt.bench import results, sweep_plot
-from graphrt.bench.sweep import Sweep
 from graphrt.bench.scenario import load_scenario, with_overrides
+from graphrt.bench.sweep import Sweep
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 

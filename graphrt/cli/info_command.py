@@ -6,8 +6,8 @@ import click
 from tabulate import tabulate
 
 from graphrt.measure import hardware
-from graphrt.run.spec import resolve_device, resolve_dtype
 from graphrt.run.machine import machine
+from graphrt.run.spec import resolve_device, resolve_dtype
 
 
 @click.command()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from graphrt.run import execute, report, text
 from graphrt.backends.factory import GROUPS, MODES
+from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.measure.nvtx import check_recording
-from graphrt.cli.options import decode_options
 from graphrt.parallel import launch, ranks
+from graphrt.run import execute, report, text
 from graphrt.run.spec import RunSpec
 
 MODE_CHOICES = (*MODES, *GROUPS)

@@ -7,17 +7,16 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from graphrt.errors import GraphrtError
 from graphrt.cli.options import decode_options
+from graphrt.errors import GraphrtError
 from graphrt.parallel import launch, ranks
-from graphrt.trace.record.per_rank import make_rank_traces
 from graphrt.run import execute
 from graphrt.run.spec import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
 from graphrt.trace.present.tables import format_comparison
 from graphrt.trace.record.make_traces import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
-
+from graphrt.trace.record.per_rank import make_rank_traces
 
 TRACE_MODES = ("eager", "graph", "both")
 OVERHEAD_STEPS = 120  # --overhead without a value

@@ -17,8 +17,8 @@ op 12's result is op 12's result in both.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch

@@ -18,8 +18,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from graphrt.measure.opcount import storage_key
 from graphrt.measure.collective_share import NAMESPACE
+from graphrt.measure.opcount import storage_key
 
 WAIT = f"{NAMESPACE}::wait_tensor"
 

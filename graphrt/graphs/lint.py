@@ -34,14 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphrt.measure import nvtx
 from graphrt.errors import GraphrtError
+from graphrt.graphs.capture_record import OpRecorder, RecordedOp, attribute_names, static_names
 from graphrt.graphs.findings import Finding, Findings, check_capture, compare_captures, show_value
 from graphrt.graphs.guard import HostReadGuard
-from graphrt.graphs.capture_record import OpRecorder, RecordedOp, attribute_names, static_names
 from graphrt.graphs.restore import AttributeSnapshot, preserved
+from graphrt.measure import nvtx, range_names
 from graphrt.measure.opcount import storage_key
-from graphrt.measure import range_names
+
 
 @dataclass(frozen=True)
 class LintReport:

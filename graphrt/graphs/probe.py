@@ -30,8 +30,8 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from graphrt.errors import GraphrtError
-from graphrt.measure.opcount import storage_key
 from graphrt.measure import range_names
+from graphrt.measure.opcount import storage_key
 
 T = TypeVar("T")
 STEP = "the step"  # where a step's own inputs and output are probed

@@ -53,7 +53,8 @@ import torch
 from nvtx._lib import lib as _nvtx_lib
 from torch import nn
 
-from graphrt.measure.range_names import DEFAULT_STEP_COLOR, KIND_COLORS, STEP_COLORS, kind_of, module_range_name
+from graphrt.measure.range_names import (DEFAULT_STEP_COLOR, KIND_COLORS, STEP_COLORS, kind_of,
+                                         module_range_name)
 
 DOMAIN_NAME = "graphrt"
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphrt.model.config import Llama3Rope, ModelConfig
 from graphrt.errors import GraphrtError
+from graphrt.model.config import Llama3Rope, ModelConfig
 from graphrt.model.packing import PackedLinear, pack_checkpoint_names
 
 # elements between the attention mask's rows: 16 bytes in bf16, the alignment the memory-efficient

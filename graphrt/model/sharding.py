@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphrt.model.config import ModelConfig
 from graphrt.errors import GraphrtError
+from graphrt.model.config import ModelConfig
 from graphrt.model.packing import PackedLinear
 
 

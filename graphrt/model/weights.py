@@ -10,8 +10,8 @@ from typing import Any, Callable
 import torch
 from safetensors import SafetensorError, safe_open
 
-from graphrt.model.config import ModelConfig
 from graphrt.errors import GraphrtError
+from graphrt.model.config import ModelConfig
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.model.sharding import Shard, Slice, parallelize, rank_slices, take
 

@@ -17,8 +17,8 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from graphrt.model.config import resolve
 from graphrt.errors import GraphrtError
+from graphrt.model.config import resolve
 from graphrt.model.sharding import split
 from graphrt.parallel.ranks import launched
 

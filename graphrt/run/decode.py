@@ -11,10 +11,10 @@ import torch
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.measure.launches import CountedStep, StepLaunches, count_steps
-from graphrt.model.decoder import greedy
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.measure.stats import Stats
 from graphrt.measure.timing import StepTimer
+from graphrt.model.decoder import greedy
 
 # Logits are kept for the equivalence check up to this many bytes per mode; they stay on the
 # device until the last step, so keeping them adds no host sync to the timed loop.

@@ -18,15 +18,14 @@ import torch
 from graphrt.backends import Backend
 from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
-from graphrt.run.decode import Generation, decode
-from graphrt.run.equivalence import compare, logits_differ
 from graphrt.graphs import TapeGraph
 from graphrt.graphs.lint import module_ranges
-from graphrt.graphs.localize import (Localization, OpValue, StepComparer, record_step, tape_ops,
-                                     tolerances_for)
-from graphrt.graphs.restore import preserved
+from graphrt.graphs.localize import Localization, OpValue, StepComparer, record_step, tape_ops, tolerances_for
 from graphrt.graphs.probe import Probe
+from graphrt.graphs.restore import preserved
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
+from graphrt.run.decode import Generation, decode
+from graphrt.run.equivalence import compare, logits_differ
 
 PROBED_MODES = ("graph", "piecewise")
 STEPS = 4  # decode steps compared where no run says which step differs

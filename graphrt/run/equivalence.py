@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from graphrt.run.decode import Generation
 from graphrt.graphs.tolerance import LAST_BITS, ValueDifference, compare_values
+from graphrt.run.decode import Generation
 
 
 @dataclass(frozen=True)

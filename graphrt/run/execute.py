@@ -7,22 +7,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt.measure import nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
-from graphrt.measure.collective_share import measure_on
-from graphrt.model.config import ModelConfig, resolve
-from graphrt.run.decode import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs.localize import Localization
+from graphrt.measure import nvtx
+from graphrt.measure.collective_share import measure_on
 from graphrt.measure.launches import StepLaunches
-from graphrt.run.diagnose import locate_differences
-from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
-from graphrt.run import rank_figures
+from graphrt.model.config import ModelConfig, resolve
+from graphrt.model.weights import build_model
 from graphrt.parallel import ranks as ranks_
 from graphrt.parallel.ranks import Ranks
-from graphrt.model.weights import build_model
+from graphrt.run import rank_figures
+from graphrt.run.decode import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
+from graphrt.run.diagnose import locate_differences
 from graphrt.run.machine import machine
+from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
 
 
 @dataclass

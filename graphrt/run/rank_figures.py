@@ -16,8 +16,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt.measure import collective_share as shares
-from graphrt.measure.collective_share import Measure
-from graphrt.measure.collective_share import NAMESPACE
+from graphrt.measure.collective_share import NAMESPACE, Measure
 from graphrt.measure.launches import is_kernel_event
 from graphrt.measure.profiling import profiler_session
 from graphrt.measure.stats import Stats

@@ -10,9 +10,9 @@ from tabulate import tabulate
 from graphrt.measure import hardware
 from graphrt.measure.collective_share import OF, measure_on
 from graphrt.measure.roofline import step_cost
+from graphrt.run import rank_figures
 from graphrt.run.decode import Generation
 from graphrt.run.equivalence import compare
-from graphrt.run import rank_figures
 from graphrt.run.execute import RunResult
 
 MIB = 1 << 20

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError, first_line
+from graphrt.model.config import PRESETS
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -5,8 +5,8 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.peer import PeerBackend, unavailable
-from graphrt.run.decode import count_launches, decode, random_prompt
 from graphrt.model.weights import build_model
+from graphrt.run.decode import count_launches, decode, random_prompt
 
 pytest.importorskip("transformers")
 

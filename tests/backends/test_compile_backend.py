@@ -5,11 +5,11 @@ import torch
 
 from graphrt.backends.compiled import CompileBackend
 from graphrt.backends.eager import EagerBackend
+from graphrt.errors import GraphrtError
 from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
 from graphrt.run.decode import decode, random_prompt
 from graphrt.run.equivalence import compare
-from graphrt.errors import GraphrtError
-from graphrt.model.weights import build_model
 
 CPU = torch.device("cpu")
 

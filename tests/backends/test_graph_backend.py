@@ -8,21 +8,20 @@ import time
 
 import pytest
 import torch
+from conftest import FAMILY_CONFIGS, small_decodes
 from hypothesis import HealthCheck, given, settings
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
-from graphrt.backends.piecewise import PiecewiseBackend, Pieces
-from graphrt.model.config import PRESETS
-from graphrt.run.decode import decode, random_prompt
-from graphrt.run.equivalence import compare
+from graphrt.backends.piecewise import Pieces, PiecewiseBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import GraphCaptureError
 from graphrt.measure import nvtx
+from graphrt.model.config import PRESETS
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
 from graphrt.model.weights import build_model, random_init
-
-from conftest import FAMILY_CONFIGS, small_decodes
+from graphrt.run.decode import decode, random_prompt
+from graphrt.run.equivalence import compare
 
 CPU = torch.device("cpu")
 # both graph backends: the full step as one graph, and piecewise graphs around eager attention

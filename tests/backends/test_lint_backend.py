@@ -9,11 +9,11 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.model.config import PRESETS
-from graphrt.run.decode import decode, random_prompt
 from graphrt.graphs import GraphCaptureError
+from graphrt.model.config import PRESETS
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.model.weights import random_init
+from graphrt.run.decode import decode, random_prompt
 
 
 class CountingQwen2(Qwen2ForCausalLM):

@@ -7,18 +7,17 @@ that hold for both graph backends (padded batches, reuse, CUDA equivalence, one 
 
 import pytest
 import torch
+from conftest import small_decodes
 from hypothesis import HealthCheck, given, settings
 
 from graphrt.backends.eager import EagerBackend
-from graphrt.measure import nvtx
 from graphrt.backends.piecewise import PiecewiseBackend
-from graphrt.model.config import PRESETS
-from graphrt.run.decode import count_launches, decode, random_prompt
+from graphrt.measure import nvtx
 from graphrt.measure.opcount import op_names
-from graphrt.trace.analysis.names import is_step
+from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-
-from conftest import small_decodes
+from graphrt.run.decode import count_launches, decode, random_prompt
+from graphrt.trace.analysis.names import is_step
 
 CPU = torch.device("cpu")
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graphrt.measure.roofline import step_cost
-from graphrt.bench.sweep import Sweep
 from graphrt.bench.scenario import load_scenario
+from graphrt.bench.sweep import Sweep
 from graphrt.cli.main import main
+from graphrt.measure.roofline import step_cost
 from graphrt.model.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]

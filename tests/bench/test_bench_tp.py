@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import ranks
 from click.testing import CliRunner
 
-import ranks
 from graphrt.bench.results import memory_table, table
 from graphrt.cli.main import main
 from graphrt.parallel.launch import launch

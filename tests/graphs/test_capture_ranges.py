@@ -6,11 +6,10 @@ module an op belongs to has to be recorded while capturing, which is what `TapeG
 
 import torch
 
-from graphrt.measure import nvtx
-from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
+from graphrt.measure import nvtx, range_names
+from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-from graphrt.measure import range_names
 
 
 def _tiny_step():

@@ -15,11 +15,11 @@ from types import ModuleType
 import pytest
 import torch
 
+from graphrt.graphs import capture
+from graphrt.graphs.annotate import (NEEDS, NO_NODE_IDS, NOT_REQUESTED, AnnotationApi, NodeAnnotations,
+                                     find_api, profiler_node_ids, unavailable)
 from graphrt.measure import nvtx
 from graphrt.model.config import PRESETS
-from graphrt.graphs import capture
-from graphrt.graphs.annotate import (NEEDS, NO_NODE_IDS, NOT_REQUESTED, AnnotationApi, NodeAnnotations, find_api,
-                                     profiler_node_ids, unavailable)
 from graphrt.model.weights import build_model
 
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from custom_ops import KERNELS_RUN, ops
+from hypothesis import given, settings, strategies as st
 
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, GraphCaptureError, TapeGraph, capture, graph_kind, new_pool
 from graphrt.measure.opcount import count_ops, op_names
-
-from custom_ops import KERNELS_RUN, ops
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

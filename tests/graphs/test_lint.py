@@ -7,17 +7,15 @@ every preset and over random configs (no false findings), and linting leaves no 
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from torch import nn
 
-from graphrt.measure import nvtx
-from graphrt.model.config import PRESETS, ModelConfig
 from graphrt.errors import GraphrtError
 from graphrt.graphs import GraphCaptureError, capture, lint_step
+from graphrt.measure import nvtx
+from graphrt.model.config import PRESETS, ModelConfig
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.model.weights import build_model
 

@@ -6,11 +6,10 @@ and tail are paired directly and only the middle goes to difflib.
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from graphrt.graphs.findings import _alignment
 from graphrt.graphs.capture_record import RecordedOp
+from graphrt.graphs.findings import _alignment
 
 
 def ops(names: str | list[str]) -> list[RecordedOp]:

@@ -11,11 +11,11 @@ import re
 
 import pytest
 import torch
+from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
 
-from graphrt.measure import nvtx
 from graphrt.graphs import GraphCaptureError, capture, lint_step
 from graphrt.graphs.findings import show_value
-from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
+from graphrt.measure import nvtx
 
 OFFSET = torch.ones(WIDTH)  # a module-level tensor: no module attribute names it
 TABLE = torch.ones(SLOTS, WIDTH)  # another, read through an index

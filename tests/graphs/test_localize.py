@@ -15,24 +15,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import small_decodes
 from hypothesis import HealthCheck, given, settings
 from torch import nn
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import PiecewiseBackend
-from graphrt.model.config import PRESETS
-from graphrt.run.decode import decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import TapeGraph, capture
-from graphrt.graphs.localize import LAST_BITS, EXACT, compare_values
-from graphrt.graphs.tolerance import ValueDifference
+from graphrt.graphs.localize import EXACT, LAST_BITS, compare_values
 from graphrt.graphs.probe import ProbeSet
+from graphrt.graphs.tolerance import ValueDifference
+from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
+from graphrt.run.decode import decode, random_prompt
 from graphrt.run.diagnose import locate
 from graphrt.testing import localize
-from graphrt.model.weights import build_model
-
-from conftest import small_decodes
 
 CPU = torch.device("cpu")
 LAYERS, K = 4, 2  # the bugs go into layer K of LAYERS: neither the first nor the last

@@ -4,9 +4,9 @@ replay in a tape, and ranks whose steps issue different collectives are refused 
 from __future__ import annotations
 
 import pytest
+import ranks
 import torch
 
-import ranks
 from graphrt.graphs.agree import IssuedCollectives, disagreement
 from graphrt.graphs.collectives import Collective, PendingCollectives
 from graphrt.parallel.launch import launch

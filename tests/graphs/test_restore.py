@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from custom_ops import ops
 from torch import nn
 
 from graphrt.graphs.restore import AttributeSnapshot, preserved
 from graphrt.measure.opcount import storage_key
-
-from custom_ops import ops
 
 
 class Stateful(nn.Module):

@@ -13,9 +13,9 @@ import pytest
 
 from graphrt.measure.collective_share import is_collective_kernel, kernel_time, share
 from graphrt.trace import load_trace
-from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.rank_steps import RankGroup, collective_time
+from graphrt.trace.analysis.steps import analyze
 
 DATA = Path(__file__).parents[1] / "data" / "torch"
 V100 = DATA / "hta-v100-graph-launches.json.gz"  # 64 NCCL kernels: all-reduces and send/recvs

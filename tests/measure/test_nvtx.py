@@ -18,12 +18,11 @@ import torch
 from nvtx._lib import lib as nvtx_lib
 from torch import nn
 
-from graphrt.measure import nvtx as gn
-from graphrt.model.config import PRESETS
 from graphrt.graphs import capture
-from graphrt.trace.record.nsys_profile import run_bounded
+from graphrt.measure import nvtx as gn, range_names
+from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-from graphrt.measure import range_names
+from graphrt.trace.record.nsys_profile import run_bounded
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from graphrt.measure.stats import Stats, percentile
 from graphrt.measure.timing import StepTimer

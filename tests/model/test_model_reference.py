@@ -3,14 +3,13 @@ for every family it runs: Qwen2 (tied and untied), Qwen3, Llama 3 with llama3 ro
 
 import pytest
 import torch
+from conftest import FAMILY_CONFIGS, hf_reference, save_reference
 
 from graphrt.backends.graph import GraphBackend
-from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
+from graphrt.model.config import PRESETS
 from graphrt.model.decoder import greedy, inverse_frequencies
 from graphrt.model.weights import build_model
-
-from conftest import FAMILY_CONFIGS, hf_reference, save_reference
 
 CPU = torch.device("cpu")
 

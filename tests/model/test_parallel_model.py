@@ -6,17 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import ranks
 import torch
+from conftest import FAMILY_CONFIGS, save_reference
 from safetensors.torch import load_file
 
-import ranks
 from graphrt.backends.eager import EagerBackend
 from graphrt.model.config import PRESETS, from_hf_dir
-from graphrt.run.decode import decode
-from graphrt.parallel.launch import launch
 from graphrt.model.weights import build_model
-
-from conftest import FAMILY_CONFIGS, save_reference
+from graphrt.parallel.launch import launch
+from graphrt.run.decode import decode
 
 STEPS = 6
 PROMPT = torch.randint(0, PRESETS["tiny"].vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))

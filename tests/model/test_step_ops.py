@@ -7,11 +7,10 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import FAMILY_CONFIGS
 
 from graphrt.measure.opcount import op_names
 from graphrt.model.weights import build_model
-
-from conftest import FAMILY_CONFIGS
 
 CPU = torch.device("cpu")
 GEMMS = ("aten.linear.default", "aten.mm.default", "aten.addmm.default")

@@ -5,13 +5,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import save_reference
 from safetensors.torch import load_file, save_file
 
-from graphrt.model.config import PRESETS
 from graphrt.errors import GraphrtError
+from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-
-from conftest import save_reference
 
 CPU = torch.device("cpu")
 

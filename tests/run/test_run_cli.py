@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import save_reference
 
 from graphrt.model.config import PRESETS
-
-from conftest import save_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

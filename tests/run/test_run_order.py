@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphrt.measure import nvtx
-from graphrt.run import execute
 from graphrt.backends import peer
+from graphrt.measure import nvtx
 from graphrt.measure.profiling import sessions_opened
+from graphrt.run import execute
 from graphrt.run.spec import RunSpec
 
 REPO = Path(__file__).resolve().parents[2]

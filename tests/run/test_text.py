@@ -8,15 +8,14 @@ import json
 
 import pytest
 import torch
-
-from graphrt.run import text
-from graphrt.model.config import PRESETS
-from graphrt.errors import GraphrtError
-from graphrt.run.execute import run
-from graphrt.run.spec import RunSpec
-
 from conftest import save_reference
 from test_run_cli import one_line_error
+
+from graphrt.errors import GraphrtError
+from graphrt.model.config import PRESETS
+from graphrt.run import text
+from graphrt.run.execute import run
+from graphrt.run.spec import RunSpec
 
 tokenizers = pytest.importorskip("tokenizers")  # a core dependency, but a bare image may lack it
 

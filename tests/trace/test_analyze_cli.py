@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 

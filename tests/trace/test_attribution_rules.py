@@ -6,7 +6,8 @@ from itertools import combinations
 
 import pytest
 
-from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, align_earliest, carry_over
+from graphrt.trace.analysis.attribution import (BETWEEN, MATCHED, UNATTRIBUTED, align, align_earliest,
+                                                carry_over)
 
 
 def _longest_alignments(reference: str, target: str) -> list[tuple[int, ...]]:

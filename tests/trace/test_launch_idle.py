@@ -16,9 +16,9 @@ import pytest
 
 from graphrt.measure.launches import launch_kind
 from graphrt.trace import load_trace
-from graphrt.trace.analysis.steps import analyze
-from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.idle import KERNEL_WAIT_NS, step_launch_idle
+from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.analysis.timeline import step_timelines
 
 V100 = Path(__file__).parents[1] / "data" / "torch" / "hta-v100-graph-launches.json.gz"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from graphrt.trace.analysis.modules import (NO_MODULE, CaptureRecords, NodeLookup, Reference, Side, compare_modules,
-                                   idle_before, replay_modules, work_kind)
+from graphrt.trace.analysis.modules import (NO_MODULE, CaptureRecords, NodeLookup, Reference, Side,
+                                            compare_modules, idle_before, replay_modules, work_kind)
 from graphrt.trace.analysis.timeline import StepTimeline, Work
 
 LAYER = "model.layers.0 (Qwen2DecoderLayer)"  # kind "other"

@@ -14,20 +14,19 @@ import random
 import pytest
 import torch
 
-from graphrt.measure import nvtx
 from graphrt.backends.factory import make_backend
-from graphrt.model.config import PRESETS
 from graphrt.graphs.annotate import unavailable
+from graphrt.measure import nvtx, range_names
+from graphrt.model.config import PRESETS
+from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.model.weights import build_model
+from graphrt.run.spec import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED, align, carry_over
 from graphrt.trace.analysis.modules import NodeLookup, Reference, compare_modules
-from graphrt.trace.record.record_modes import torch_window
-from graphrt.model.decoder import Qwen2ForCausalLM
-from graphrt.run.spec import RunSpec
-from graphrt.trace.record.make_traces import make_traces
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines
-from graphrt.model.weights import build_model
-from graphrt.measure import range_names
+from graphrt.trace.record.make_traces import make_traces
+from graphrt.trace.record.record_modes import torch_window
 
 CONFIGS = {"tiny": PRESETS["tiny"], "tiny-4-layers": dataclasses.replace(PRESETS["tiny"], num_hidden_layers=4)}
 

@@ -5,8 +5,8 @@ follows from the few spans each test lays out, not from the code under test.
 from __future__ import annotations
 
 from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.read.events import ApiCall, CpuOp, Kernel, Range, Trace
 from graphrt.trace.analysis.timeline import WHOLE_TRACE, step_timelines, whole_trace
+from graphrt.trace.read.events import ApiCall, CpuOp, Kernel, Range, Trace
 
 PID, TID = 7, 1
 

@@ -19,17 +19,17 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from graphrt.measure import nvtx
-from graphrt.run import execute
 from graphrt.backends.eager import EagerBackend
 from graphrt.cli.main import main
 from graphrt.errors import GraphrtError
+from graphrt.measure import nvtx
 from graphrt.measure.opcount import op_names
+from graphrt.run import execute
 from graphrt.run.spec import RunSpec
 from graphrt.trace import Range, Trace, load_trace
 from graphrt.trace.analysis.steps import analyze
-from graphrt.trace.record.nsys_profile import run_bounded
 from graphrt.trace.record.make_traces import choose_profiler, publish
+from graphrt.trace.record.nsys_profile import run_bounded
 
 # tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
 TINY = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")

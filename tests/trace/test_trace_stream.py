@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.read import json_stream
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze
+from graphrt.trace.read import json_stream
 
 REPO = Path(__file__).resolve().parents[2]
 V100 = REPO / "tests" / "data" / "torch" / "hta-v100-graph-launches.json.gz"

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrt.measure.launch_names import launch_kind
-from graphrt.trace.read.events import ABSENT, ApiCalls, Table, Trace
 from graphrt.trace.analysis.names import PROFILER_STEP
+from graphrt.trace.read.events import ABSENT, ApiCalls, Table, Trace
 
 NONE = -1  # no range, in the index arrays below
 

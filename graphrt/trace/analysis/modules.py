@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from graphrt.measure.range_names import KINDS
-from graphrt.trace.analysis.steps import range_kind
 from graphrt.trace.analysis.attribution import Attribution, carry_over, look_up
 from graphrt.trace.analysis.names import is_replay
+from graphrt.trace.analysis.steps import range_kind
 from graphrt.trace.analysis.timeline import StepTimeline
 
 EAGER_STEP = "decode_step[eager]"

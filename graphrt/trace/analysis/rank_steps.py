@@ -27,14 +27,13 @@ from typing import Any
 
 from tabulate import tabulate
 
-from graphrt.measure.collective_share import OF, Measure, kernel_time, share
 from graphrt.errors import GraphrtError
-from graphrt.measure.collective_share import NAMESPACE
+from graphrt.measure.collective_share import NAMESPACE, OF, Measure, kernel_time, share
 from graphrt.measure.intervals import busy_and_gaps
-from graphrt.trace.analysis.steps import StepGroup
 from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.read.events import Trace
 from graphrt.trace.analysis.names import group_name, is_step
+from graphrt.trace.analysis.steps import StepGroup
+from graphrt.trace.read.events import Trace
 
 _RANK_DIR = re.compile(r"rank(\d+)")
 COLLECTIVE_MODULE = " (AllReduce)"  # the range of graphrt.model.sharding.AllReduce, a row-parallel linear's sum

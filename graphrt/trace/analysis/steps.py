@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.measure.intervals import busy_and_gaps_of
+from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.analysis.membership import Membership, call_kinds
-from graphrt.trace.read.events import ABSENT, Table, Trace
 from graphrt.trace.analysis.names import group_name, is_step
+from graphrt.trace.read.events import ABSENT, Table, Trace
 
 
 def range_kind(name: str) -> str | None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from graphrt.measure.launch_names import launch_kind
 from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.read.events import Range, Trace
 from graphrt.trace.analysis.names import group_name, is_step
+from graphrt.trace.read.events import Range, Trace
 
 WHOLE_TRACE = "whole trace"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from graphrt.errors import GraphrtError
 from graphrt.measure.range_names import KIND_COLORS, STEP_COLORS
-from graphrt.trace.analysis.modules import (NO_MODULE, UNATTRIBUTED_KIND, CaptureRecords, Reference, idle_before,
-                                   work_kind)
+from graphrt.trace.analysis.modules import (NO_MODULE, UNATTRIBUTED_KIND, CaptureRecords, Reference,
+                                            idle_before, work_kind)
 from graphrt.trace.analysis.names import is_replay
 from graphrt.trace.analysis.timeline import StepTimeline
 

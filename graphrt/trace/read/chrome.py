@@ -30,8 +30,8 @@ from typing import Any
 import msgspec
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 from graphrt.trace.read.events import Progress, Trace, link_launches
+from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 
 __all__ = ["GZIP_MAGIC", "read_chrome_trace"]
 

@@ -19,11 +19,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from graphrt.run import execute
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.trace.record.record_modes import nsys_window, record_modes, torch_window
+from graphrt.run import execute
 from graphrt.trace.record.make_traces import spec_from_dict
+from graphrt.trace.record.record_modes import nsys_window, record_modes, torch_window
 
 
 def main(argv: list[str]) -> int:

@@ -30,25 +30,24 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 import graphrt
-from graphrt.run import execute
 from graphrt.backends.factory import expand_modes
-from graphrt.model.config import resolve
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
+from graphrt.model.config import resolve
+from graphrt.run import execute
+from graphrt.run.machine import machine
 from graphrt.run.spec import RunSpec, resolve_device
 from graphrt.trace.record import nsys_profile
-from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS
-from graphrt.trace.record.overhead import NvtxOverhead, measure_nvtx_overhead
+from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS, NvtxOverhead, measure_nvtx_overhead
 from graphrt.trace.record.record_modes import RecordedMode
-from graphrt.run.machine import machine
 
 PROFILERS = ("auto", "nsys", "torch")
 Say = Callable[[str], None]

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from graphrt.measure import nvtx
 from graphrt.backends.eager import EagerBackend
-from graphrt.run.decode import random_prompt
-from graphrt.model.decoder import Qwen2ForCausalLM, greedy
+from graphrt.measure import nvtx
 from graphrt.measure.stats import Stats
+from graphrt.model.decoder import Qwen2ForCausalLM, greedy
+from graphrt.run.decode import random_prompt
 
 BLOCK = 4  # steps per block; the side that goes first alternates from block pair to pair
 MIN_STEPS = 2 * BLOCK

@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from graphrt.run import execute
 from graphrt.backends.factory import expand_modes
 from graphrt.model.config import resolve
 from graphrt.parallel.ranks import Ranks
+from graphrt.run import execute
 from graphrt.run.spec import RunSpec
-from graphrt.trace.record.record_modes import record_modes, torch_window
 from graphrt.trace.record.make_traces import MadeTraces, Say, _scratch_dir, publish, trace_name, write_summary
+from graphrt.trace.record.record_modes import record_modes, torch_window
 
 
 def _from_leader(value: object) -> object:

@@ -24,19 +24,18 @@ from pathlib import Path
 
 import torch
 
-from graphrt.measure import nvtx
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.backends.graph import GraphBackend
-from graphrt.model.config import ModelConfig
-from graphrt.run.decode import count_launches, decode, random_prompt
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, TapeGraph
 from graphrt.graphs.annotate import NO_NODE_IDS, profiler_node_ids
+from graphrt.measure import nvtx
 from graphrt.measure.launches import StepLaunches
-from graphrt.model.decoder import Qwen2ForCausalLM, greedy
 from graphrt.measure.profiling import Session, profiler_session
-from graphrt.measure.profiling import profiler_activities  # noqa: F401  (the device scripts import it from here)
+from graphrt.model.config import ModelConfig
+from graphrt.model.decoder import Qwen2ForCausalLM, greedy
+from graphrt.run.decode import count_launches, decode, random_prompt
 from graphrt.run.spec import RunSpec
 
 RECORD_RANGE = "record"  # graphrt.trace.record.nsys_profile.CAPTURE_RANGE names it too
