@@ -41,7 +41,7 @@ gpu-rehearsal: gpu-bundle
 clean:
 	rm -rf $(VENV) .tools .rehearse .whl mutants
 
-# Mutation testing of the core (tests/MUTATION.md); MODULE=graphrt/timing.py for one module.
+# Mutation testing of the core (tests/MUTATION.md); MODULE=graphrt/measure/timing.py for one module.
 # Not part of `make test` or CI: the whole core takes a long time on a small machine.
 $(VENV)/.dev: $(VENV)/.test
 	$(PIP) -e '.[test,dev]'

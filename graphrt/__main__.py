@@ -1,3 +1,3 @@
-from graphrt.cli import main
+from graphrt.cli.main import main
 
 main()

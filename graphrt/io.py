@@ -1,4 +1,4 @@
-"""Writing results so an interrupted run never leaves a half-written file (DESIGN.md, invariant 7)."""
+"""Writing results so an interrupted run never leaves a half-written file (docs/design.md, Invariants, 7)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ import time
 import torch
 
 from graphrt.backends.graph import lint_decode
-from graphrt.config import PRESETS
-from graphrt.weights import build_model
+from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
 
 
 def timed(fn) -> tuple[float, float]:

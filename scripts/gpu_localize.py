@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from graphrt.io import write_json
-from graphrt.runner import RunSpec, load
+from graphrt.run.execute import load
+from graphrt.run.spec import RunSpec
 from graphrt.testing import localize
 
 STEPS, BATCH, START = 3, 2, 8  # decode steps compared, rows, the first step's position

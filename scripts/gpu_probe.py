@@ -29,12 +29,13 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.engine import decode, random_prompt
 from graphrt.io import write_json
-from graphrt.launches import launch_kind
-from graphrt.profiling import profiler_session, sessions_opened
-from graphrt.runner import RunSpec, load
-from graphrt.trace.chrome import read_chrome_trace
+from graphrt.measure.launches import launch_kind
+from graphrt.measure.profiling import profiler_session, sessions_opened
+from graphrt.run.decode import decode, random_prompt
+from graphrt.run.execute import load
+from graphrt.run.spec import RunSpec
+from graphrt.trace.read.chrome import read_chrome_trace
 
 REPLAYS = 10
 

@@ -1,4 +1,4 @@
-"""`make mutate [MODULE=graphrt/timing.py]`: mutation testing of graphrt's core with mutmut 3.
+"""`make mutate [MODULE=graphrt/measure/timing.py]`: mutation testing of graphrt's core with mutmut 3.
 
 Runs `mutmut run` (every core module listed under [mutmut] in setup.cfg, or those MODULE
 names, separated by spaces),
@@ -24,7 +24,7 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}  # the tests 
 
 
 def mutant_glob(module: str) -> str:
-    """graphrt/timing.py -> graphrt.timing.*; graphrt/graphs/ -> graphrt.graphs.*"""
+    """graphrt/measure/timing.py -> graphrt.measure.timing.*; graphrt/graphs/ -> graphrt.graphs.*"""
     path = Path(module)
     if path.suffix != ".py" and not path.is_dir():
         sys.exit(f"error: MODULE={module}: expected a .py file or a package directory under graphrt/")
@@ -37,7 +37,7 @@ def mutant_glob(module: str) -> str:
 
 
 def module_of(mutant: str) -> str:
-    """graphrt.timing.x_percentile__mutmut_3 -> graphrt.timing (class methods: xǁClassǁname)."""
+    """graphrt.measure.timing.x_percentile__mutmut_3 -> graphrt.measure.timing (class methods: xǁClassǁname)."""
     return re.split(r"\.x[_ǁ]", mutant, maxsplit=1)[0]
 
 

@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 from hypothesis import strategies as st
 
-from graphrt.config import PRESETS, Llama3Rope, ModelConfig
+from graphrt.model.config import PRESETS, Llama3Rope, ModelConfig
 
 
 def _import_what_is_imported_on_first_use() -> None:
@@ -106,7 +106,7 @@ def family_config(request) -> ModelConfig:
 @pytest.fixture
 def cli():
     """Invoke `graphrt ...` in-process; returns click's Result (exit_code, stdout, stderr)."""
-    from graphrt.cli import main
+    from graphrt.cli.main import main
 
     runner = CliRunner()
     return lambda *args: runner.invoke(main, [str(a) for a in args])
@@ -129,7 +129,7 @@ def small_decodes(draw, max_layers: int = 2):
 @pytest.fixture(scope="session")
 def tiny_torch_traces(tmp_path_factory) -> Path:
     """The directory `graphrt trace --profiler torch --model tiny` makes (eager and graph, CPU)."""
-    from graphrt.cli import main
+    from graphrt.cli.main import main
 
     out = tmp_path_factory.mktemp("tiny-torch-traces")
     result = CliRunner().invoke(main, ["trace", "--profiler", "torch", "--model", "tiny", "--steps", "4",

@@ -43,7 +43,7 @@ TEST_SECONDS = Path("mutmut-test-seconds.json")
 
 
 def function_of(mutant: str) -> str | None:
-    """graphrt.timing.x_percentile__mutmut_3 -> graphrt.timing.x_percentile; None for mutmut's
+    """graphrt.measure.timing.x_percentile__mutmut_3 -> graphrt.measure.timing.x_percentile; None for mutmut's
     own runs (the stats run, the clean run, the forced failure)."""
     match = re.fullmatch(r"(.+)__mutmut_\d+", mutant)
     return match.group(1) if match else None

@@ -8,9 +8,9 @@ import torch.distributed as dist
 
 from graphrt.graphs import GraphCaptureError, capture
 from graphrt.graphs.agree import check_ranks_agree
-from graphrt.opcount import op_names
+from graphrt.measure.opcount import op_names
 from graphrt.parallel import ranks as ranks_
-from graphrt.parallel.figures import slowest_per_step
+from graphrt.run.rank_figures import slowest_per_step
 
 
 def _all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
@@ -95,12 +95,15 @@ def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, 
 
 def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
     from graphrt.backends.factory import make_backend
-    from graphrt.config import resolve
-    from graphrt.engine import decode
-    from graphrt.weights import build_model
+    from graphrt.model.config import resolve
+    from graphrt.model.weights import build_model
+    from graphrt.run.decode import decode
 
     config, checkpoint = resolve(model)
+    from graphrt.measure import nvtx
+
     net = build_model(config, me.device, torch.float32, checkpoint=checkpoint, seed=0, ranks=me)
+    nvtx.attach(net)  # module ranges, as a run attaches them: the tape keeps each op's
     net.setup_cache(prompt.shape[0], prompt.shape[1] + steps)
     out = {"parameters": {name: p.clone() for name, p in net.state_dict().items()}}
     for mode in ("eager", "piecewise", "graph"):

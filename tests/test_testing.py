@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from graphrt.config import PRESETS
+from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
 from graphrt.testing import (ReplayComparison, assert_lint_clean, assert_replays_like_eager, compare_replay,
                              first_difference)
-from graphrt.weights import build_model
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -1,4 +1,4 @@
-"""Backends: one decode step (`model.decode_step`), run in different ways (DESIGN.md, invariant 1)."""
+"""Backends: one decode step (`model.decode_step`), run in different ways (docs/design.md, Invariants, 1)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt.model import Qwen2ForCausalLM
+from graphrt.model.decoder import Qwen2ForCausalLM
 
 
 @dataclass

@@ -9,8 +9,8 @@ import torch
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
-from graphrt.model import Qwen2ForCausalLM
-from graphrt.nvtx import nvtx_range
+from graphrt.measure.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2ForCausalLM
 
 
 def _check_toolchain(device: torch.device) -> None:

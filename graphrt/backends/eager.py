@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 
 from graphrt.backends import Backend
-from graphrt.nvtx import nvtx_range
+from graphrt.measure.nvtx import nvtx_range
 
 
 class EagerBackend(Backend):

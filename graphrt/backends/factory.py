@@ -8,7 +8,7 @@ from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import PiecewiseBackend
 from graphrt.errors import GraphrtError
-from graphrt.model import Qwen2ForCausalLM
+from graphrt.model.decoder import Qwen2ForCausalLM
 
 MODES = ("eager", "piecewise", "graph", "compile")
 GROUPS = {"both": ("eager", "graph"), "all": ("eager", "piecewise", "graph", "compile")}

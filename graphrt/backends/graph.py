@@ -11,12 +11,12 @@ import torch.distributed as dist
 
 from graphrt.backends import Backend, PrepareReport
 from graphrt.errors import GraphrtError
-from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture,
-                            graph_kind, lint_step, new_pool)
+from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture, graph_kind,
+                            lint_step, new_pool)
 from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.probe import Probe, ProbeSet
-from graphrt.model import Qwen2ForCausalLM
-from graphrt.nvtx import nvtx_range
+from graphrt.measure.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2ForCausalLM
 
 T = TypeVar("T")
 

@@ -24,8 +24,8 @@ import torch
 
 from graphrt.backends.graph import GraphBackend
 from graphrt.graphs import Graph, GraphPool, capture
-from graphrt.model import Qwen2DecoderLayer
-from graphrt.nvtx import nvtx_range
+from graphrt.measure.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2DecoderLayer
 
 
 @dataclass(frozen=True, eq=False)

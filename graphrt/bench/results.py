@@ -28,14 +28,15 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
-from graphrt import hardware
 from graphrt.backends import PrepareReport
-from graphrt.bench.peer import NAME as PEER
-from graphrt.bench.roofline import Ceilings, StepCost, roofline
+from graphrt.backends.peer import NAME as PEER
 from graphrt.bench.scenario import Point, Scenario
-from graphrt.engine import Generation
 from graphrt.errors import GraphrtError
-from graphrt.timing import Stats
+from graphrt.measure import hardware
+from graphrt.measure.roofline import Ceilings, StepCost, roofline
+from graphrt.measure.stats import Stats
+from graphrt.run.decode import Generation
+from graphrt.run.machine import machine
 
 FORMAT = "graphrt-bench/1"
 GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
@@ -68,7 +69,7 @@ def new_document(scenario: Scenario, device: torch.device, dtype: torch.dtype,
         "dtype": str(dtype).removeprefix("torch."),
         "modes": list(modes),
         "peer_note": peer_note,  # why the peer is missing, or None when it ran
-        "machine": {**hardware.describe(device), "measured": measured},
+        "machine": {**machine(device), "measured": measured},
         "versions": versions(),
         "started_at": _now(),
         "finished_at": None,

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.backends.factory import MODES
-from graphrt.config import DTYPES
 from graphrt.errors import GraphrtError
+from graphrt.model.config import DTYPES
 
 
 @dataclass(frozen=True)

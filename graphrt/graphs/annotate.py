@@ -5,7 +5,7 @@ Under replay no range fires, but PyTorch can tag the nodes of a graph while capt
 memcpy node captured inside a
 `mark_kernels(tag)` scope is tagged, keyed by the node's toolsId (the exec graph's id << 32 | the
 node's id). torch.profiler writes the same number on a replayed kernel as `args["graph node id"]`,
-so a replay trace can be attributed by looking each kernel up (graphrt.trace.modules).
+so a replay trace can be attributed by looking each kernel up (graphrt.trace.analysis.modules).
 
     annotations = NodeAnnotations(requested=True)
     with torch.cuda.graph(graph, **annotations.graph_options()):   # asks before capture_begin
@@ -53,9 +53,9 @@ from typing import Any
 
 import torch
 
-from graphrt import nvtx
 from graphrt.errors import GraphrtError, first_line
 from graphrt.io import write_json
+from graphrt.measure import nvtx
 
 NEEDS = "graph-node annotations need cuda.bindings >= 13.1 and a CUDA 13.1+ driver"
 NOT_REQUESTED = "graph-node annotations were not requested"

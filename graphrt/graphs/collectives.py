@@ -18,9 +18,9 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from graphrt.opcount import storage_key
+from graphrt.measure.collective_share import NAMESPACE
+from graphrt.measure.opcount import storage_key
 
-NAMESPACE = "_c10d_functional"
 WAIT = f"{NAMESPACE}::wait_tensor"
 
 

@@ -13,7 +13,7 @@ from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
 from graphrt.graphs.tape import CaptureMode
 
 if TYPE_CHECKING:
-    from graphrt.graphs import GraphPool
+    from graphrt.graphs.pool import GraphPool
 
 T = TypeVar("T")
 

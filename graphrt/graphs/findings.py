@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphrt.graphs.record import Origin, RecordedOp, TensorUse, show_tensor
+from graphrt.graphs.capture_record import Origin, RecordedOp, TensorUse, show_tensor
 
 # What a finding is about (`Finding.kind`).
 KINDS = ("refused", "python-value", "python-tensor", "shape", "control-flow", "tensor",

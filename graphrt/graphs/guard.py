@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from graphrt.errors import GraphrtError
-from graphrt.opcount import storage_key
+from graphrt.measure.opcount import storage_key
 
 
 class GraphCaptureError(GraphrtError):

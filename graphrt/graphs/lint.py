@@ -34,13 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphrt import nvtx
 from graphrt.errors import GraphrtError
+from graphrt.graphs.capture_record import OpRecorder, RecordedOp, attribute_names, static_names
 from graphrt.graphs.findings import Finding, Findings, check_capture, compare_captures, show_value
 from graphrt.graphs.guard import HostReadGuard
-from graphrt.graphs.record import OpRecorder, RecordedOp, attribute_names, static_names
 from graphrt.graphs.restore import AttributeSnapshot, preserved
-from graphrt.opcount import storage_key
+from graphrt.measure import nvtx, range_names
+from graphrt.measure.opcount import storage_key
+
 
 @dataclass(frozen=True)
 class LintReport:
@@ -80,7 +81,7 @@ def module_ranges(model: nn.Module | None) -> Iterator[dict[str, nn.Module]]:
     """graphrt's module ranges on `model` for the block (range name -> module): the ones already
     attached, or attached for the block alone, even where NVTX ranges are switched off, since a
     finding names its module by them."""
-    names = {nvtx.module_range_name(q, m): m for q, m in model.named_modules()} if model else {}
+    names = {range_names.module_range_name(q, m): m for q, m in model.named_modules()} if model else {}
     if model is None or nvtx.is_attached(model):
         yield names
         return

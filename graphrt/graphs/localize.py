@@ -34,12 +34,12 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphrt import nvtx
 from graphrt.graphs.probe import STEP, Probe, observe, tensor_leaves
 from graphrt.graphs.tape import TapeGraph
 from graphrt.graphs.tolerance import (EXACT, LAST_BITS, Tolerances, ValueDifference,  # noqa: F401
                                       compare_values, tolerances_for)
-from graphrt.opcount import classify, does_work, storage_key
+from graphrt.measure import nvtx
+from graphrt.measure.opcount import classify, does_work, storage_key
 
 T = TypeVar("T")
 

@@ -29,9 +29,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from graphrt import nvtx
 from graphrt.errors import GraphrtError
-from graphrt.opcount import storage_key
+from graphrt.measure import range_names
+from graphrt.measure.opcount import storage_key
 
 T = TypeVar("T")
 STEP = "the step"  # where a step's own inputs and output are probed
@@ -89,7 +89,7 @@ def _on_module_calls(model: nn.Module | None, action: Action) -> Iterator[None]:
         _each(name, "output", out, action)
 
     for qualname, module in model.named_modules() if model is not None else ():
-        name = nvtx.module_range_name(qualname, module)
+        name = range_names.module_range_name(qualname, module)
         handles.append(module.register_forward_pre_hook(
             lambda module, args, kwargs, name=name: enter(name, args, kwargs), with_kwargs=True))
         handles.append(module.register_forward_hook(

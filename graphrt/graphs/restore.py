@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from graphrt.graphs.guard import written_tensors
-from graphrt.opcount import OpKind, classify, storage_key
+from graphrt.measure.opcount import OpKind, classify, storage_key
 
 # What every nn.Module keeps in its __dict__ for itself (parameters, hooks, ...): not state a
 # step sets. `forward` is where graphrt's NVTX wrapper lives.

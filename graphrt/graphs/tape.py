@@ -17,11 +17,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from graphrt import nvtx
 from graphrt.graphs import collectives
-from graphrt.graphs.guard import (NEW_MEMORY, GraphCaptureError, HostReadGuard, refusal,
-                                  run_watching_writes)
-from graphrt.opcount import OpKind, classify, does_work, storage_key
+from graphrt.graphs.guard import NEW_MEMORY, GraphCaptureError, HostReadGuard, refusal, run_watching_writes
+from graphrt.measure import nvtx
+from graphrt.measure.opcount import OpKind, classify, does_work, storage_key
 
 T = TypeVar("T")
 

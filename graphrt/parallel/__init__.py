@@ -1,2 +1,3 @@
-"""Tensor-parallel decode on torch.distributed: the ranks (ranks.py), how they are started
-(launch.py), and the parallel linears and sharded loading that split the model (linear.py)."""
+"""Tensor-parallel ranks on torch.distributed: starting them through its elastic launcher
+(launch.py) and the process group they join and share (group.py). How the model is split is
+`graphrt.model.sharding`."""

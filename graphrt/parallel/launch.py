@@ -17,9 +17,9 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from graphrt.config import resolve
 from graphrt.errors import GraphrtError
-from graphrt.parallel.linear import split
+from graphrt.model.config import resolve
+from graphrt.model.sharding import split
 from graphrt.parallel.ranks import launched
 
 

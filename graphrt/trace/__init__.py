@@ -1,9 +1,9 @@
 """Traces: reading what Nsight Systems and torch.profiler recorded into one shape.
 
     trace = load_trace("traces/decode.sqlite")   # or .nsys-rep, or torch.profiler .json / .json.gz
-    trace.ranges, trace.kernels, trace.api_calls, trace.cpu_ops   # see graphrt.trace.model
+    trace.ranges, trace.kernels, trace.api_calls, trace.cpu_ops   # see graphrt.trace.read.events
 
-`graphrt.trace.analyze` turns a `Trace` into per-step and per-range figures.
+`graphrt.trace.analysis.steps` turns a `Trace` into per-step and per-range figures.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.chrome import GZIP_MAGIC, read_chrome_trace
-from graphrt.trace.model import ApiCall, CpuOp, Kernel, Progress, Range, Trace
-from graphrt.trace.nsys_sqlite import REPORT_SUFFIXES, SQLITE_MAGIC, read_nsys_report, read_nsys_sqlite
+from graphrt.trace.read.chrome import GZIP_MAGIC, read_chrome_trace
+from graphrt.trace.read.events import ApiCall, CpuOp, Kernel, Progress, Range, Trace
+from graphrt.trace.read.nsys_sqlite import REPORT_SUFFIXES, SQLITE_MAGIC, read_nsys_report, read_nsys_sqlite
 
 __all__ = ["ApiCall", "CpuOp", "Kernel", "Range", "Trace", "load_trace", "read_chrome_trace",
            "read_nsys_report", "read_nsys_sqlite"]

@@ -1,0 +1,78 @@
+"""The peer: Hugging Face transformers' eager decode with a StaticCache, on graphrt's weights
+(HF's model of the config's family: Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM).
+
+What a user would otherwise run. It is a `Backend`, so `graphrt.run.decode.decode` times it with the
+very loop that times eager, graph and compile.
+
+The HF model is built from `config.to_hf_dict()` on the meta device and graphrt's state_dict is
+assigned into it: the same tensors, so it costs no memory and a tied matrix stays one tensor.
+The rotary table, a buffer outside the state_dict, is rebuilt on the device.
+
+transformers 5.x API: the cache is passed as `cache=` and keeps its own write position (a
+StaticCache counts the tokens it has seen), so positions come from the cache, not the caller.
+A bench that starts decoding past the prompt (`decode(start=...)`) therefore runs the peer at
+positions T, T+1, ... instead; the cost is the same, since a StaticCache of `max_cache_len`
+slots is attended over in full, masked, exactly like graphrt's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphrt.backends import Backend
+from graphrt.measure.nvtx import nvtx_range
+from graphrt.model.decoder import Qwen2ForCausalLM
+
+NAME = "hf"
+
+
+def unavailable() -> str | None:
+    """Why the peer cannot run here, or None when it can."""
+    try:
+        import transformers
+    except ImportError:
+        return "transformers is not installed"
+    major = int(transformers.__version__.split(".")[0])
+    if major < 5:
+        return f"the peer needs transformers 5.x (its cache API), found {transformers.__version__}"
+    return None
+
+
+class PeerBackend(Backend):
+    """HF's model of the family, sharing `model`'s weights; `prefill` starts a fresh StaticCache
+    sized like graphrt's cache (`model.max_seq_len` slots), `step` decodes one token into it."""
+
+    name = NAME
+
+    def __init__(self, model: Qwen2ForCausalLM):
+        super().__init__(model)
+        import transformers
+
+        device = model.lm_head.weight.device
+        hf_config = transformers.AutoConfig.for_model(**model.config.to_hf_dict())
+        with torch.device("meta"):
+            hf = transformers.AutoModelForCausalLM.from_config(hf_config)
+        hf.load_state_dict(model.state_dict(), assign=True)
+        with torch.device(device):
+            hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config)
+        left = [n for n, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
+        if left:
+            raise RuntimeError(f"HF peer: tensors left on the meta device: {', '.join(left)}")
+        self.hf = hf.eval()
+        self.attn_implementation = hf.config._attn_implementation
+        self.cache = None
+
+    def _logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] -> last-position logits [B, 1, V], through the current cache."""
+        return self.hf(input_ids=tokens, cache=self.cache, use_cache=True, logits_to_keep=1).logits
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        import transformers
+
+        self.cache = transformers.StaticCache(config=self.hf.config, max_cache_len=self.model.max_seq_len)
+        return self._logits(prompt)
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """`positions` is not used: the StaticCache knows where the next token goes."""
+        with nvtx_range("decode_step[hf]"):
+            return self._logits(tokens)[:, -1]

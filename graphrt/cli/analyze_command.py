@@ -1,0 +1,154 @@
+"""`graphrt analyze`: read traces back and print what the decode steps launched, where the GPU
+waited, and which module each replayed kernel belongs to; a `--tp` directory rank by rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from graphrt.errors import GraphrtError
+from graphrt.io import check_writable, write_json
+from graphrt.trace import load_trace
+from graphrt.trace.analysis.idle import StepLaunchIdle, step_launch_idle
+from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.modules import replay_modules
+from graphrt.trace.analysis.names import is_replay
+from graphrt.trace.analysis.rank_steps import (CollectiveTime, RankGroup, collective_time, format_ranks,
+                                               rank_dirs, ranks_dict)
+from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace, compare_steps
+from graphrt.trace.analysis.timeline import StepTimeline, step_timelines, whole_trace
+from graphrt.trace.present.step_tables import (format_launch_idle, format_replay_modules, launch_idle_dict,
+                                               replay_modules_dict)
+from graphrt.trace.present.tables import comparison_dict, format_comparison, format_report, report_dict
+from graphrt.trace.read.capture_records import capture_records
+from graphrt.trace.read.progress import ReadProgress
+
+
+def _trace_files(paths: tuple[str, ...]) -> list[Path]:
+    """Files as given; a directory of `graphrt trace` stands for its SQLite exports, or else
+    its Chrome traces (eager before graph, as trace writes them)."""
+    files = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(path.glob("*.sqlite")) or sorted(
+            p for p in path.glob("*.json") if p.name != "summary.json")
+        if rank_dirs(path) is not None:
+            raise GraphrtError(f"{path}: one trace directory per rank, as graphrt trace --tp writes: "
+                               f"analyse it on its own (graphrt analyze {path})")
+        if not found:
+            raise GraphrtError(f"{path}: a directory with no trace in it (expected *.sqlite or "
+                               "Chrome-trace *.json, as graphrt trace writes)")
+        files += found
+    return files
+
+
+@dataclass
+class _Analysed:
+    report: TraceReport
+    timelines: list[StepTimeline]
+    launch_idle: list[StepLaunchIdle]
+    whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
+    collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
+
+
+def _analyse(path: Path, quiet: bool = False) -> _Analysed:
+    """`quiet`: no progress on stderr while a big trace is read."""
+    progress = None if quiet or not path.is_file() else ReadProgress(path)
+    trace = load_trace(path, progress)
+    if progress:
+        progress.done()
+    membership = Membership.of(trace)
+    timelines = step_timelines(trace, membership)
+    return _Analysed(analyze_trace(trace, membership), timelines,
+                     [step_launch_idle(t) for t in timelines if t.unit == "kernel"],
+                     None if timelines else whole_trace(trace, membership), collective_time(trace, membership))
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write every figure (times in ns) here.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1),
+              help="Range names to list, most total time first.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Also draw one eager step above one replayed step (or the first two steps) "
+              "into this PNG (needs matplotlib).")
+def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: str | None) -> None:
+    """Per-step launches, launch delay, launch CPU time and GPU idle time (host wait, kernel
+    wait, other), and per-range totals, from Nsight Systems exports (.sqlite, or .nsys-rep with
+    nsys on PATH) or torch.profiler Chrome traces (.json), or a directory `graphrt trace` made.
+    Steps are graphrt's step ranges or torch.profiler's ProfilerStep#N. Given two traces, or one
+    holding eager and replay steps, the second step group is set against the first, and each
+    replayed kernel (op, on a CPU) is given its module by aligning it with the eager step's.
+    Given the directory `graphrt trace --tp N` made (rank0/ ... rank<N-1>/), each rank's figures
+    and the slowest rank per step; --plot draws each rank's eager step above its replay."""
+    for out in (json_path, plot_path):
+        if out:
+            check_writable(out)
+    if len(paths) == 1 and (dirs := rank_dirs(Path(paths[0]))) is not None:
+        _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path)
+        return
+    files = _trace_files(paths)
+    analysed = [_analyse(p, quiet=bool(json_path)) for p in files]
+    reports = [a.report for a in analysed]
+    for i, a in enumerate(analysed):
+        if i:
+            click.echo()
+        click.echo(format_report(a.report, top=top))
+        if table := format_launch_idle(a.launch_idle):
+            click.echo()
+            click.echo(table)
+    comparisons = compare_steps(reports)
+    for comparison in comparisons:
+        click.echo()
+        click.echo(format_comparison(comparison))
+    several = len(files) > 1
+    records = [capture_records(p) for p in files]
+    modules = replay_modules([(p.name if several else "", a.timelines) for p, a in zip(files, analysed)], records)
+    for found in modules:
+        click.echo()
+        click.echo(format_replay_modules(found, top=top))
+    attributed = {m.replay.rpartition(": ")[2] for m in modules}
+    replays = {t.group: t.unit for a in analysed for t in a.timelines if is_replay(t.group) and t.work}
+    for group, unit in replays.items():
+        if group not in attributed:
+            click.echo(f"\nnote: {group}: replayed {unit}s fire no module range; give an eager trace of "
+                       "the same model and batch beside it to attribute them (graphrt analyze eager.json "
+                       "graph.json)")
+    if plot_path:
+        from graphrt.trace.present.step_picture import plot_steps  # matplotlib is optional: only for --plot
+
+        drawn = [a.timelines or [a.whole] for a in analysed]
+        click.echo(plot_steps(drawn, [str(p) for p in files], plot_path, records))
+    if json_path:
+        write_json(json_path, {"traces": [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)}
+                                          for a in analysed],
+                               "comparisons": [comparison_dict(c) for c in comparisons],
+                               "replay_modules": [replay_modules_dict(m) for m in modules]})
+        click.echo(f"wrote {json_path}")
+
+
+def _analyze_ranks(path: Path, dirs: list[Path], json_path: str | None, plot_path: str | None) -> None:
+    """`graphrt analyze` on a directory of `graphrt trace --tp`: `dirs[r]` holds rank r's traces."""
+    files = [_trace_files((str(d),)) for d in dirs]
+    analysed = [[_analyse(p) for p in rank_files] for rank_files in files]
+    ranks = [[RankGroup(rank, g, a.collectives[g.name]) for a in mine for g in a.report.step_groups]
+             for rank, mine in enumerate(analysed)]
+    click.echo(format_ranks(path, ranks))
+    click.echo(f"\nevery figure of one rank: graphrt analyze {dirs[0]}")
+    if plot_path:
+        # matplotlib is optional: imported only for --plot
+        from graphrt.trace.present.step_picture import plot_rank_steps
+
+        click.echo(plot_rank_steps([[a.timelines for a in mine] for mine in analysed],
+                                   [[capture_records(p) for p in rank_files] for rank_files in files],
+                                   str(path), plot_path))
+    if json_path:
+        write_json(json_path, {"source": str(path), **ranks_dict(ranks), "traces": [
+            [{**report_dict(a.report), "launch_idle": launch_idle_dict(a.launch_idle)} for a in mine]
+            for mine in analysed]})
+        click.echo(f"wrote {json_path}")

@@ -1,0 +1,44 @@
+"""Command-line options that choose what to decode, shared by `run` and `trace`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from graphrt.backends.graph import parse_buckets
+from graphrt.model.config import PRESETS
+from graphrt.run.spec import RunSpec
+
+
+def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
+    """The model, device, shapes, seed and graph buckets of a decode, as `RunSpec` fields."""
+    options = [
+        click.option("--model", default=RunSpec.model, show_default=True,
+                     help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory."),
+        click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda."),
+        click.option("--dtype", default=RunSpec.dtype, show_default=True,
+                     help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16."),
+        click.option("--batch", type=int, default=RunSpec.batch, show_default=True),
+        click.option("--prompt-len", type=int, default=RunSpec.prompt_len, show_default=True),
+        click.option("--steps", type=int, default=steps, show_default=True, help=steps_help),
+        click.option("--warmup", type=int,
+                     help=f"{warmup_help} [default: a quarter of the steps, 1 to 4]."),
+        click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
+                     help="Seeds the prompt and, for presets, the random weights."),
+        click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
+                     help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch]."),
+        click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
+                     help="Before capturing, check that the step has nothing a graph would "
+                     "replay wrongly (a Python value, a host tensor, ...); a finding stops the run."),
+        click.option("--tp", type=int, default=RunSpec.tp,
+                     help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo "
+                     "on the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1]."),
+    ]
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

@@ -1,0 +1,94 @@
+"""`graphrt trace`: record the decode steps of each mode into a new directory under traces/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from graphrt.cli.options import decode_options
+from graphrt.errors import GraphrtError
+from graphrt.parallel import launch, ranks
+from graphrt.run import execute
+from graphrt.run.spec import RunSpec
+from graphrt.trace import load_trace
+from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
+from graphrt.trace.present.tables import format_comparison
+from graphrt.trace.record.make_traces import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
+from graphrt.trace.record.per_rank import make_rank_traces
+
+TRACE_MODES = ("eager", "graph", "both")
+OVERHEAD_STEPS = 120  # --overhead without a value
+# how to look at each kind of file `graphrt trace` writes
+OPEN_WITH = {
+    "report": "open in the Nsight Systems GUI (File > Open)",
+    "sqlite": "graphrt analyze {path}",
+    "chrome": "open at https://ui.perfetto.dev, or graphrt analyze {path}",
+}
+
+
+def _listing(made: MadeTraces) -> str:
+    """The files written, one a line, each with how to look at it."""
+    rows = [(name, OPEN_WITH[what].format(path=made.path / name))
+            for files in made.files.values() for what, name in files.items()]
+    rows.append(("summary.json", "what was recorded: spec, machine, versions, ops per step"))
+    return "\n".join(f"  {line}" for line in tabulate(rows, tablefmt="plain").splitlines())
+
+
+@click.command()
+@click.option("--mode", type=click.Choice(TRACE_MODES), default="both", show_default=True,
+              help="both: eager and graph, as two traces, then set side by side.")
+@click.option("--profiler", type=click.Choice(PROFILERS), default="auto", show_default=True,
+              help="auto: Nsight Systems when nsys is on PATH, else torch.profiler.")
+@decode_options(steps=8, steps_help="Decode steps, the warmup included; the rest are recorded.",
+                warmup_help="Leading decode steps that run before the recording")
+@click.option("--out", default="traces", show_default=True, type=click.Path(file_okay=False),
+              help="Where the trace directory is made.")
+@click.option("--overhead", type=click.IntRange(min=0), is_flag=False, flag_value=OVERHEAD_STEPS,
+              default=0, help=f"Also measure what the NVTX ranges cost an eager step: N steps "
+              f"with them, N without, no profiler attached [N: {OVERHEAD_STEPS}].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Seconds each nsys run may take before it is killed.")
+def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> None:
+    """Record the decode steps after warmup under Nsight Systems or torch.profiler into a new
+    directory traces/<time>-<model>-<mode>/: the report and its SQLite export, or a Chrome-trace
+    JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
+    side by side. With --tp N, each rank records its own steps (torch.profiler) into rank<r>/
+    of one directory."""
+    if launch.relaunched(options):
+        return
+    spec = RunSpec(**options)
+    if ranks.launched():
+        _trace_ranks(spec, profiler, Path(out), overhead)
+        return
+    made = make_traces(spec, profiler, Path(out), overhead_steps=overhead, timeout_s=timeout,
+                       say=lambda line: click.echo(line, err=True))
+    if made.path != made.wanted:
+        click.echo(f"note: {made.wanted} already exists; wrote {made.path.name} beside it", err=True)
+    click.echo(f"wrote {made.path}/")
+    click.echo(_listing(made))
+    if made.overhead:
+        click.echo(made.overhead.describe())
+    if len(made.files) > 1:
+        reports = [analyze_trace(load_trace(made.analysis_file(mode))) for mode in made.files]
+        for comparison in compare_steps(reports):
+            click.echo()
+            click.echo(format_comparison(comparison))
+        click.echo(f"\nevery figure: graphrt analyze {made.path}")
+
+
+def _trace_ranks(spec: RunSpec, profiler: str, out: Path, overhead: int) -> None:
+    """One rank of `graphrt trace --tp N`: its traces in rank<r>/ of one directory; rank 0 says
+    where."""
+    if profiler == "nsys" or overhead:
+        raise GraphrtError("--tp traces each rank with torch.profiler: give --profiler torch "
+                           "(or auto), and no --overhead")
+    me = execute.join_ranks(spec)
+    made = make_rank_traces(spec, me, out, say=lambda line: click.echo(line, err=True) if me.leader else None)
+    ranks.leave()
+    if made is not None:
+        click.echo(f"wrote {made.path.parent}/, one trace directory per rank (rank0/ ... "
+                   f"rank{me.world - 1}/); rank 0's:")
+        click.echo(_listing(made))
+        click.echo(f"\nevery figure of a rank: graphrt analyze {made.path}")

@@ -1,0 +1,43 @@
+"""Step timers: CUDA events on a GPU, with no sync inside the loop; `perf_counter` on a CPU.
+What is reported of their samples is graphrt.measure.stats's."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+
+class StepTimer:
+    """Times each `with timer.step():` block.
+
+    On CUDA with events recorded on the current stream, read after one synchronize at the end:
+    the GPU time between the start and the end of each step, with no sync inside the loop to
+    hide launch overhead. On the CPU, where every op is synchronous, with `perf_counter`.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"  # pragma: no mutate (CUDA only)
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # pragma: no mutate (CUDA only)
+        self._cpu_ms: list[float] = []
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        if self.cuda:  # pragma: no mutate block (CUDA only: mutation runs on the CPU)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self._cpu_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def samples_ms(self) -> list[float]:
+        if self.cuda:  # pragma: no mutate block (CUDA only)
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) for s, e in self._events]
+        return list(self._cpu_ms)

@@ -1,0 +1,102 @@
+"""Launches and GPU idle time, step by step, for any trace with kernels: graphrt's own or any
+other torch.profiler / Nsight Systems trace (steps are `ProfilerStep#N` there).
+
+Per step:
+
+- **launch delay**: for each launch call, its first kernel's start minus the end of the call
+  (negative where the GPU started the kernel before the call returned). A `cudaGraphLaunch` is
+  one host launch however many kernels it fans out to, so it has one delay, the first node's;
+  counting a delay per replayed kernel would make the later nodes look launched late.
+- **launch CPU time**: the summed duration of the launch calls.
+- **GPU idle**, split as Holistic Trace Analysis does, but right for graphs. Idle time is the gaps
+  between the step's kernels (their union on the GPU); the gap before a kernel is
+  - `host_wait` when the call that launched the kernel began only after the GPU had run out of
+    work: the GPU waited on the host;
+  - `kernel_wait` when the kernel was already launched and the gap is under `KERNEL_WAIT_NS`:
+    back-to-back kernels, the device's own scheduling latency;
+  - `other` for the rest (an event wait, a dependency on another stream, a host sync...).
+  Every node of a replayed graph shares the one `cudaGraphLaunch`, which began before the graph's
+  first kernel: the gaps inside a graph are never host waits, only the one before its first node
+  can be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphrt.measure.stats import percentile as sorted_percentile
+from graphrt.trace.analysis.timeline import StepTimeline
+
+# Gaps under this between a kernel and the next one already launched count as back-to-back
+# (`kernel_wait`). A kernel boundary on one stream costs the GPU about 1-3 µs on recent parts.
+KERNEL_WAIT_NS = 3_000
+
+IDLE_KINDS = ("host_wait", "kernel_wait", "other")
+
+
+def percentile(values: list[int], q: int) -> float | None:
+    """The q-th percentile of `values` in any order, as the run tables compute theirs
+    (graphrt.measure.stats.percentile: linear between the closest ranks); None for no values."""
+    return float(sorted_percentile(sorted(values), q)) if values else None
+
+
+@dataclass(frozen=True)
+class StepLaunchIdle:
+    step: str
+    start_ns: int
+    kernels: int
+    kernel_launches: int
+    graph_launches: int
+    launch_cpu_ns: int
+    delay_p50_ns: float | None
+    delay_p90_ns: float | None
+    graph_fanout: list[int]  # kernels of each graph launch, in order
+    idle_ns: dict[str, int] = field(default_factory=dict)  # IDLE_KINDS -> ns
+
+    @property
+    def idle_total_ns(self) -> int:
+        return sum(self.idle_ns.values())
+
+
+def launch_delays(timeline: StepTimeline) -> list[int]:
+    """Per launch call that ran a kernel: its first kernel's start minus the call's end."""
+    first: dict[int, int] = {}
+    for w in timeline.work:
+        if w.launch is not None and w.launch not in first:
+            first[w.launch] = w.start_ns
+    return [start - timeline.launches[call].end_ns for call, start in sorted(first.items())]
+
+
+def idle_split(timeline: StepTimeline, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, int]:
+    """The gaps between the step's kernels, by cause (see the module docstring)."""
+    split = dict.fromkeys(IDLE_KINDS, 0)
+    busy_until: int | None = None  # the latest kernel end so far
+    for w in timeline.work:  # by start
+        if busy_until is not None and w.start_ns > busy_until:
+            gap = w.start_ns - busy_until
+            launched_at = timeline.launches[w.launch].start_ns if w.launch is not None else None
+            if launched_at is not None and launched_at > busy_until:
+                split["host_wait"] += gap
+            elif gap < kernel_wait_ns:
+                split["kernel_wait"] += gap
+            else:
+                split["other"] += gap
+        busy_until = w.end_ns if busy_until is None else max(busy_until, w.end_ns)
+    return split
+
+
+def step_launch_idle(timeline: StepTimeline, kernel_wait_ns: int = KERNEL_WAIT_NS) -> StepLaunchIdle:
+    delays = launch_delays(timeline)
+    fanout: dict[int, int] = {n: 0 for n, call in enumerate(timeline.launches) if call.kind == "graph"}
+    for w in timeline.work:
+        if w.launch in fanout:
+            fanout[w.launch] += 1
+    kinds = [call.kind for call in timeline.launches]
+    return StepLaunchIdle(
+        step=timeline.name, start_ns=timeline.start_ns,
+        kernels=len(timeline.work) if timeline.unit == "kernel" else 0,
+        kernel_launches=kinds.count("kernel"), graph_launches=kinds.count("graph"),
+        launch_cpu_ns=sum(call.end_ns - call.start_ns for call in timeline.launches),
+        delay_p50_ns=percentile(delays, 50), delay_p90_ns=percentile(delays, 90),
+        graph_fanout=list(fanout.values()),
+        idle_ns=idle_split(timeline, kernel_wait_ns) if timeline.unit == "kernel" else dict.fromkeys(IDLE_KINDS, 0))

@@ -1,0 +1,130 @@
+"""Tensor-parallel decode on two gloo ranks: each rank holds exactly its slices of the HF
+tensors, generates the single-process model's tokens, and replays its graphs bitwise like eager."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import ranks
+import torch
+from conftest import FAMILY_CONFIGS, save_reference
+from safetensors.torch import load_file
+
+from graphrt.backends.eager import EagerBackend
+from graphrt.model.config import PRESETS, from_hf_dir
+from graphrt.model.weights import build_model
+from graphrt.parallel.launch import launch
+from graphrt.run.decode import decode
+
+STEPS = 6
+PROMPT = torch.randint(0, PRESETS["tiny"].vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
+ALL_REDUCE = "_c10d_functional.all_reduce.default"
+
+
+# A HF checkpoint per family, every parameter random: Qwen2 with one KV head (fewer than ranks,
+# so each rank holds a copy of it) and tied embeddings; Qwen3 (no bias, a norm per head); Llama 3.
+CHECKPOINTS = {
+    "qwen2-one-kv-head": replace(PRESETS["tiny"], name="one-kv-head", num_key_value_heads=1,
+                                 tie_word_embeddings=True),
+    "qwen3": FAMILY_CONFIGS["qwen3"],
+    "llama3": FAMILY_CONFIGS["llama3"],
+}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> tuple[dict[str, str], dict[int, dict]]:
+    """The models (tiny's random weights, then a directory per checkpoint) and, per rank, what
+    tests/ranks.tp_decode returned for each: one launch for all."""
+    models = {"tiny": "tiny"}
+    for name, config in CHECKPOINTS.items():
+        directory = tmp_path_factory.mktemp(name)
+        save_reference(config, directory)
+        models[name] = str(directory)
+    return models, launch(ranks.tp_decode, [list(models.values()), PROMPT, STEPS], 2)
+
+
+@pytest.fixture(params=["tiny", *CHECKPOINTS])
+def decoded(request, launched):
+    """(model, config, the single-process model, its eager decode, per rank what tp_decode
+    returned for the model)."""
+    models, per_rank = launched
+    model = models[request.param]
+    config = PRESETS["tiny"] if model == "tiny" else from_hf_dir(model)
+    whole = build_model(config, torch.device("cpu"), torch.float32, checkpoint=None if model == "tiny" else model)
+    whole.setup_cache(PROMPT.shape[0], PROMPT.shape[1] + STEPS)
+    reference = decode(EagerBackend(whole), PROMPT, STEPS)
+    return model, config, whole, reference, {rank: per_rank[rank][model] for rank in per_rank}
+
+
+def test_two_ranks_generate_the_single_process_tokens_with_logits_within_summation_error(decoded):
+    _, config, _, reference, per_rank = decoded
+    for rank in (0, 1):
+        eager = per_rank[rank]["eager"]
+        assert torch.equal(eager["tokens"], reference.tokens)
+        # Only the order of fp32 sums differs: o_proj and down_proj add two partial dot products
+        # instead of one, 2 reordered sums per layer, each moving its result by a few units in
+        # the last place (2^-24 relative). Norms keep the residual stream at scale 1 and lm_head
+        # carries relative errors to the logits about unchanged, so allow 16 such units per
+        # reordered sum at the logits' scale (measured: 2 units on tiny).
+        logits = torch.stack(reference.logits)
+        bound = 16 * 2 * config.num_hidden_layers * 2.0 ** -24 * logits.abs().max()
+        assert (eager["logits"] - logits).abs().max() <= bound
+
+
+def test_graph_and_piecewise_replays_equal_eager_bitwise_on_every_rank(decoded):
+    per_rank = decoded[4]
+    for rank in (0, 1):
+        eager = per_rank[rank]["eager"]
+        for mode in ("graph", "piecewise"):
+            assert torch.equal(per_rank[rank][mode]["tokens"], eager["tokens"])
+            assert torch.equal(per_rank[rank][mode]["logits"], eager["logits"]), (rank, mode)
+
+
+def test_each_ranks_tape_holds_two_all_reduces_per_layer(decoded):
+    _, config, _, _, per_rank = decoded
+    for rank in (0, 1):
+        assert per_rank[rank]["tape"].count(ALL_REDUCE) == 2 * config.num_hidden_layers
+        # each in a range of its own, so a trace tells its time from the GEMM before it
+        for name, ranges in zip(per_rank[rank]["tape"], per_rank[rank]["tape_ranges"]):
+            assert (name == ALL_REDUCE) == (ranges[-1].endswith(".all_reduce (AllReduce)")), (name, ranges)
+
+
+def _expected_slices(config, rank: int) -> dict[str, tuple[int, slice]]:
+    """Which rows (dim 0) or columns (dim 1) of each HF tensor rank `rank` of 2 holds, by the
+    head arithmetic of Megatron's split, written out here independently of graphrt's."""
+    d, heads, inter = config.head_dim, config.num_attention_heads // 2, config.intermediate_size // 2
+    biases = ("weight", "bias") if config.model_type == "qwen2" else ("weight",)
+    q = slice(rank * heads * d, (rank + 1) * heads * d)
+    if config.num_key_value_heads >= 2:
+        per = config.num_key_value_heads // 2
+        kv = slice(rank * per * d, (rank + 1) * per * d)
+    else:  # one KV head, held whole by both ranks
+        kv = slice(0, d)
+    i = slice(rank * inter, (rank + 1) * inter)
+    expected = {}
+    for n in range(config.num_hidden_layers):
+        a, m = f"model.layers.{n}.self_attn", f"model.layers.{n}.mlp"
+        for name, rows in ((f"{a}.q_proj", q), (f"{a}.k_proj", kv), (f"{a}.v_proj", kv)):
+            expected.update({f"{name}.{kind}": (0, rows) for kind in biases})
+        expected.update({f"{m}.gate_proj.weight": (0, i), f"{m}.up_proj.weight": (0, i),
+                         f"{a}.o_proj.weight": (1, q), f"{m}.down_proj.weight": (1, i)})
+    return expected
+
+
+def test_each_rank_holds_its_slices_of_the_checkpoints_tensors(decoded):
+    model, config, whole, _, per_rank = decoded
+    hf = load_file(f"{model}/model.safetensors") if model != "tiny" else whole.state_dict()
+    for rank in (0, 1):
+        mine, expected = per_rank[rank]["parameters"], _expected_slices(config, rank)
+        assert set(mine) == set(whole.state_dict())
+        for name, held in mine.items():
+            source = hf.get(name, hf["model.embed_tokens.weight"] if name == "lm_head.weight" else None)
+            if name in expected:
+                dim, part = expected[name]
+                source = source[part] if dim == 0 else source[:, part]
+            assert torch.equal(held, source), (rank, name)
+        # its share, not the whole model: the layers' projections are halved, or (one KV head) less
+        held = sum(t.numel() for n, t in mine.items() if n in expected)
+        total = sum(t.numel() for n, t in whole.state_dict().items() if n in expected)
+        assert held <= 0.6 * total

@@ -1,0 +1,211 @@
+"""The device check's prerequisites: one line for each, and a missing one skips only its steps.
+
+The device machine has no network and lacks packages graphrt needs; the check must say what is
+missing and go on with what can run, never crash as a whole. (The whole check is rehearsed on the
+CPU by `scripts/gpu_check.sh --rehearse`, which CI runs.)
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PREREQS = REPO / "scripts" / "gpu_prereqs.py"
+
+
+def _prereqs(tmp_path, device, *absent):
+    """Run the prerequisite check with `absent` modules failing to import, as if not installed."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for module in absent:
+        (blocked / f"{module}.py").write_text("raise ImportError('not installed')\n")
+    shell = tmp_path / "have.sh"
+    done = subprocess.run([sys.executable, str(PREREQS), "--device", device, str(shell)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(blocked)})
+    have = dict(line.split("=") for line in shell.read_text().split()) if shell.exists() else {}
+    return done, have
+
+
+def test_everything_present_is_one_ok_line_each(tmp_path):
+    done, have = _prereqs(tmp_path, "cpu")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(line.startswith("prereq: ok ") for line in lines), lines
+    assert any("nvtx" in line for line in lines) and any("pytest" in line for line in lines)
+    assert have["have_graphrt"] == have["have_tests"] == have["have_plot"] == "1"
+
+
+def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
+    done, have = _prereqs(tmp_path, "cpu", "nvtx", "hypothesis")
+    assert done.returncode == 0, done.stderr
+    assert "prereq: MISSING nvtx: skipping every graphrt step" in done.stdout
+    assert "prereq: MISSING hypothesis: skipping the CUDA tests" in done.stdout
+    # without graphrt's own dependencies neither the tests nor compile can run; plots still could
+    assert (have["have_graphrt"], have["have_tests"], have["have_compile"], have["have_plot"]) == ("0", "0", "0", "1")
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_no_cuda_device_stops_the_check_with_one_line_for_it(tmp_path):
+    done, have = _prereqs(tmp_path, "cuda")
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 1 and have == {}
+    assert lines[0].startswith("prereq: MISSING a CUDA device"), lines
+    assert any(line.startswith("prereq: ok nvtx") for line in lines), lines  # the rest still looked at
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_without_torch_every_other_missing_package_is_named_too(tmp_path):
+    # the check stops, but one look at the machine must find all it lacks, not the first of them
+    done, have = _prereqs(tmp_path, "cpu", "torch", "nvtx", "hypothesis")
+    assert done.returncode == 1 and have == {}
+    assert "prereq: MISSING torch: nothing can run" in done.stdout
+    assert "prereq: MISSING nvtx: skipping every graphrt step" in done.stdout
+    assert "prereq: MISSING hypothesis: skipping the CUDA tests" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
+    import platform
+    import zipfile
+
+    wheels, site = tmp_path / "whl", tmp_path / "site"
+    wheels.mkdir()
+    minor, machine = sys.version_info.minor, platform.machine()
+    made = {  # file name -> the module it holds
+        f"demo-1.0-cp3{minor + 1}-cp3{minor + 1}-manylinux_2_17_{machine}.whl": "wrong_python",
+        f"demo-1.0-cp3{minor}-cp3{minor}-win_amd64.whl": "wrong_platform",
+        f"demo-1.0-cp3{minor}-cp3{minor}-manylinux_2_17_{machine}.manylinux2014_{machine}.whl": "demo",
+        f"stable-2.0-cp3{minor - 1}-abi3-manylinux_2_17_{machine}.whl": "stable",
+    }
+    for name, module in made.items():
+        with zipfile.ZipFile(wheels / name, "w") as archive:
+            archive.writestr(f"{module}/__init__.py", f"NAME = {module!r}\n")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "install_wheels.py"), str(wheels),
+                           str(site), "demo", "stable", "absent"], capture_output=True, text=True)
+    assert done.returncode == 1  # "absent" has no wheel
+    assert sorted(p.name for p in site.iterdir()) == ["demo", "stable"]
+    assert "no wheel of absent" in done.stdout and "run scripts/gpu_bundle.sh" in done.stdout
+
+
+# -- the plan: what the check runs, in what time ------------------------------------------------
+
+CHECK = (REPO / "scripts" / "gpu_check.sh").read_text()
+
+
+def _setting(name: str) -> int:
+    import re
+
+    return int(re.search(rf"^{name}=(\d+)", CHECK, re.M).group(1))
+
+
+def _plan() -> tuple[int, list[str], dict[str, int]]:
+    """The check's budget, its steps in order, and each step's planned limit, as the script says."""
+    import re
+
+    order = re.search(r"^PLAN=\(([^)]*)\)", CHECK, re.M).group(1).split()
+    limits = {name: int(s) for name, s in re.findall(r"^limit\[([\w-]+)\]=(\d+)", CHECK, re.M)}
+    return _setting("BUDGET"), order, limits
+
+
+def test_the_steps_limits_fit_the_budget_with_room_for_set_up_kill_grace_and_summary():
+    budget, order, limits = _plan()
+    assert budget <= 330  # a device session is 15 minutes, its start and a second try included
+    assert set(order) == set(limits)
+    assert _setting("GRACE") <= 5  # seconds, not ten: a cut step's SIGKILL comes soon after its SIGINT
+    assert sum(limits.values()) <= budget - _setting("SETUP") - _setting("RESERVE") - _setting("GRACE")
+
+
+def test_every_step_the_check_runs_has_a_planned_limit_and_runs_in_plan_order():
+    import re
+
+    _, order, _ = _plan()
+    run = re.findall(r"^\s*step ([\w-]+) ", CHECK, re.M)
+    assert run == order
+
+
+def test_the_probe_times_before_any_profiler_session_then_profiles_two_sessions(tmp_path):
+    # CUPTI's tax and its second-session bug both depend on what opened before: the "before"
+    # timing must see no session, each replay check must be its own session, in order
+    out = tmp_path / "probe.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_probe.py"), "--model", "tiny",
+                           "--device", "cpu", "--steps", "6", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    import json
+
+    facts = json.loads(out.read_text())
+    assert facts["timing"]["before"]["sessions_opened"] == 0
+    assert (facts["replay"]["profiler_session"], facts["second_session"]["profiler_session"]) == (1, 2)
+    assert facts["timing"]["after"]["sessions_opened"] == 2
+    assert set(facts["profiler_tax"]) == {"eager", "graph"}
+
+
+# -- the check as it runs: within its budget, its results brought back whatever cuts it ------------
+
+def _rehearse(budget: int, python: str = sys.executable, **where: str) -> subprocess.Popen:
+    """The rehearsal of the check with `python` (this interpreter: every package there), in its
+    own process group, its results where `where` (RESULTS=..., or OUT=...) says."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RESULTS", "OUT")}
+    env.update(where, GPU_CHECK_BUDGET=str(budget), REHEARSAL_PYTHON=python, OMP_NUM_THREADS="1")
+    return subprocess.Popen(["scripts/gpu_check.sh", "--rehearse"], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _packed(results: Path) -> set[str]:
+    import tarfile
+
+    with tarfile.open(results / "raw.tar.gz") as archive:
+        return {Path(name).name for name in archive.getnames()} - {"."}
+
+
+STEP_FILES = {"run-b1": "run-b1.json", "run-qwen3-b1": "run-qwen3-b1.json", "compile-b1": "compile-b1.json",
+              "cuda-tests": "cuda-tests.xml", "probe": "probe.json", "analyze": "analysis.json",
+              "localize": "localize.json", "tp1": "tp1.json"}
+
+
+def test_a_budget_too_small_for_the_steps_ends_within_it_with_the_summary_and_every_finished_steps_files(tmp_path):
+    import json
+    import time
+
+    # the third step hangs and ignores SIGINT, as a wedged CUDA call may: only the kill ends it,
+    # and it must come early enough to leave the summary its time
+    python = tmp_path / "python"
+    python.write_text(f"""#!/bin/sh
+case "$*" in *run-qwen3-b1.json*) trap '' INT; exec sleep 600;; esac
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    results = tmp_path / "results"
+    budget = 30
+    start = time.monotonic()
+    check = _rehearse(budget, str(python), RESULTS=str(results))
+    log, _ = check.communicate(timeout=budget + 60)
+    took = time.monotonic() - start
+    assert took <= budget + 3, f"{took:.0f}s for a budget of {budget}s\n{log}"
+    assert check.returncode == 1  # steps were cut or skipped: not a pass
+    steps = {s["step"]: s["outcome"] for s in json.loads((results / "gpu-summary.json").read_text())["steps"]}
+    assert steps["run-qwen3-b1"].startswith("TIMEOUT"), steps
+    finished = {name for name, outcome in steps.items() if outcome.startswith("ok")}
+    assert {"info", "run-b1"} <= finished, steps
+    assert {STEP_FILES[name] for name in finished if name in STEP_FILES} <= _packed(results)
+
+
+def test_a_check_killed_from_outside_has_already_brought_back_every_finished_step_into_out(tmp_path):
+    # the device machine's own limit kills the whole check, its summary unwritten: what finished
+    # before is in the results already; RESULTS unset, they go to $OUT
+    import signal
+
+    check, lines = _rehearse(300, OUT=str(tmp_path)), []
+    try:
+        for line in check.stdout:
+            lines.append(line)
+            if line.startswith("== run-b1: "):
+                break
+        os.killpg(check.pid, signal.SIGKILL)
+    finally:
+        check.wait(timeout=30)
+    assert lines and lines[-1].startswith("== run-b1: ok"), "".join(lines)
+    assert not (tmp_path / "gpu-summary.json").exists()
+    assert "run-b1.json" in _packed(tmp_path)

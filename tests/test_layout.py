@@ -1,0 +1,163 @@
+"""The layout docs/design.md describes holds: every package says its job, no module name is used
+twice, no file passes 300 lines of code, imports point one way, and nothing cites a file the
+repository does not have."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "graphrt"
+BASE = {"errors", "io"}
+TOP = {"testing", "__main__"}  # the public entry points above every package
+
+# what each package may import besides itself and the base (docs/design.md, "Layout")
+MAY_IMPORT = {
+    "model": set(),
+    "measure": {"model"},
+    "graphs": {"measure"},
+    "parallel": {"model"},
+    "backends": {"graphs", "measure", "model"},
+    "run": {"backends", "parallel", "graphs", "measure", "model"},
+    "bench": {"run", "backends", "parallel", "graphs", "measure", "model"},
+    "trace": {"run", "backends", "parallel", "graphs", "measure", "model"},
+    "cli": {"run", "bench", "trace", "backends", "parallel", "graphs", "measure", "model"},
+}
+MAX_CODE_LINES = 300
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of graphrt by dotted name."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """The graphrt modules `path` imports, anywhere in it (a function's lazy import included)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from graphrt.graphs import tape` depends on the module tape, not on the names of
+            # the package's __init__ (which Python runs on the way, as for any submodule)
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name for name in modules if name in MODULES]
+            if len(names) < len(modules):
+                names.append(node.module)
+        else:
+            continue
+        found.update(name for name in names if name in MODULES)
+    return found
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _code_lines(path: Path) -> int:
+    """Lines that hold code or a docstring: not blank, not only a comment."""
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                              tokenize.DEDENT, tokenize.ENDMARKER):
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines)
+
+
+def test_the_top_level_holds_only_entry_points_the_base_and_packages():
+    top = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top <= BASE | TOP, f"modules at the top of graphrt/ that belong in a package: {sorted(top - BASE - TOP)}"
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert packages == set(MAY_IMPORT), packages ^ set(MAY_IMPORT)
+
+
+def test_every_package_says_its_job_in_its_docstring():
+    for name, path in MODULES.items():
+        if path.name == "__init__.py":
+            doc = ast.get_docstring(ast.parse(path.read_text()))
+            assert doc and len(doc.split()) >= 5, f"{name} has no docstring saying its job"
+
+
+def test_no_module_or_package_name_is_used_twice():
+    places = defaultdict(list)
+    for name in MODULES:
+        if name != "graphrt":
+            places[name.rsplit(".", 1)[-1]].append(name)
+    twins = {short: names for short, names in places.items() if len(names) > 1}
+    assert not twins, twins
+
+
+def test_no_file_passes_300_lines_of_code():
+    long = {name: n for name, path in MODULES.items() if (n := _code_lines(path)) > MAX_CODE_LINES}
+    assert not long, long
+
+
+def test_packages_import_only_the_packages_below_them():
+    wrong = []
+    for name, path in MODULES.items():
+        mine = _package(name)
+        if mine in TOP | BASE or name == "graphrt":
+            continue
+        for imported in _imports(path):
+            theirs = _package(imported)
+            if theirs not in BASE | {mine} | MAY_IMPORT[mine] and imported != "graphrt":
+                wrong.append(f"{name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_itself_through_others():
+    graph = {name: _imports(path) - {name} for name, path in MODULES.items()}
+    # a package's __init__ is imported on the way to each of its modules: only edges a module
+    # writes count, and a cycle through a package's own __init__ and its modules is one too
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (cycle := visit(name)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+CITED = re.compile(r"\b([\w./-]+\.md)\b")
+
+
+def test_nothing_cites_a_file_the_repository_lacks():
+    missing = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").glob("*"),
+                 ROOT / "README.md"]:
+        if not path.is_file():
+            continue
+        for cited in CITED.findall(path.read_text(errors="replace")):
+            if "/" not in cited and cited not in {"README.md", "design.md", "MUTATION.md"}:
+                missing.append(f"{path.relative_to(ROOT)} cites {cited}")
+            elif "/" in cited and not (ROOT / cited).exists() and not cited.startswith(("http", "../")):
+                missing.append(f"{path.relative_to(ROOT)} cites {cited}")
+    assert not missing, "\n".join(missing)

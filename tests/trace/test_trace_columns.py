@@ -1,0 +1,32 @@
+"""A trace's items held as columns: rows read back as they were given, sorting keeps ties in
+order, and a kernel links to the latest call of its key that began by its start."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphrt.trace.read.events import ABSENT, Kernel, Kernels, link_launches
+
+
+def test_rows_read_back_as_given_none_included():
+    rows = [Kernel("b", 5, 9, 0, None, 3), Kernel("a", 1, 2, 1, 7, 4, launch=0, graph_id=2, graph_node_id=9)]
+    assert list(Kernels.of(rows)) == rows
+
+
+def test_sorting_by_start_keeps_rows_that_start_together_in_their_order():
+    table = Kernels.of([Kernel(name, start, start + 1, 0, None, 0) for name, start in
+                        [("late", 9), ("tie1", 4), ("early", 1), ("tie2", 4)]])
+    order = table.sorted_by_start()
+    assert [k.name for k in table] == ["early", "tie1", "tie2", "late"] and order.tolist() == [2, 1, 3, 0]
+
+
+def _link(call_keys, call_starts, kernel_keys, kernel_starts) -> list:
+    found = link_launches(np.array(call_keys).reshape(-1, 1), np.array(call_starts),
+                          np.array(kernel_keys).reshape(-1, 1), np.array(kernel_starts))
+    return [None if i == ABSENT else i for i in found.tolist()]
+
+
+def test_a_kernel_links_to_a_call_that_began_at_its_start_but_not_after():
+    # calls: key 7 at t=10 and t=20, key 8 at t=15
+    calls = ([7, 8, 7], [10, 15, 20])
+    assert _link(*calls, [7, 7, 7, 8, 8, 9], [20, 19, 9, 15, 14, 30]) == [2, 0, None, 1, None, None]
