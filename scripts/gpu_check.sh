@@ -194,7 +194,8 @@ if [ ${#traced[@]} -gt 0 ]; then
 fi
 step localize "$have_graphrt" "$py" scripts/gpu_localize.py --model "$model" --device "$device" \
   --dtype "$dtype" --out "$raw/localize.json"
-step tp1 "$have_graphrt" "$py" -m torch.distributed.run --nproc-per-node 1 -m graphrt run \
+step tp1 "$have_graphrt" "$py" -m torch.distributed.run --nproc-per-node 1 --rdzv-backend c10d \
+  --rdzv-endpoint 127.0.0.1:0 --local-addr 127.0.0.1 -m graphrt run \
   --model "$model" "${common[@]}" --batch 1 --tp 1 --mode eager,graph --json "$raw/tp1.json"
 echo "== tp: more than one rank needs one GPU per rank; this machine has one"
 # shellcheck disable=SC2086

@@ -23,10 +23,19 @@ from graphrt.model.sharding import split
 from graphrt.parallel.ranks import launched
 
 
+# Every rank runs on this machine: the rendezvous binds the loopback address on a port the OS
+# picks free (0), and each node names itself by that address. Left to itself, the launcher names
+# a node by its host name (socket.getfqdn), a lookup that fails or stalls on a box without DNS,
+# and torchrun's default static rendezvous takes port 29500, which two runs at once both want.
+LOCAL_ADDR = "127.0.0.1"
+# the same for `python -m torch.distributed.run` (torchrun)
+TORCHRUN_LOCAL = ("--rdzv-backend", "c10d", "--rdzv-endpoint", f"{LOCAL_ADDR}:0", "--local-addr", LOCAL_ADDR)
+
+
 def _config(ranks: int) -> LaunchConfig:
     return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
-                        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                        monitor_interval=0.1)
+                        rdzv_backend="c10d", rdzv_endpoint=f"{LOCAL_ADDR}:0", local_addr=LOCAL_ADDR,
+                        max_restarts=0, monitor_interval=0.1)
 
 
 def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) -> dict[int, Any]:

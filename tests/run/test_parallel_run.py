@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphrt.parallel.launch import TORCHRUN_LOCAL
 from graphrt.run.execute import run
 from graphrt.run.spec import RunSpec
 
@@ -21,13 +22,47 @@ ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 90  # no run here takes half of it; a hang would take the collectives' 60 s timeout and more
 
 
-def graphrt(*args: str, launcher: tuple[str, ...] = (), gpus: str = "") -> subprocess.Popen:
-    """`python [launcher] -m graphrt ARGS`, seeing the GPUs `gpus` (none by default)."""
+def graphrt(*args: str, launcher: tuple[str, ...] = (), gpus: str = "", first_on_path: str = "") -> subprocess.Popen:
+    """`python [launcher] -m graphrt ARGS`, seeing the GPUs `gpus` (none by default);
+    `first_on_path`, a folder put before everything on PYTHONPATH."""
     # this checkout first, then whatever the caller's path holds (the device check's wheels)
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [first_on_path, str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": gpus}
     return subprocess.Popen([sys.executable, *launcher, "-m", "graphrt", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# A machine whose host name resolves to nothing (no DNS, no /etc/hosts line for it), in every
+# process: what the launcher, its agent and each rank see through Python's socket module.
+NO_DNS = """
+import socket
+
+def _unresolvable(*args, **kwargs):
+    raise socket.gaierror(socket.EAI_NONAME, "no such host: this machine has no DNS")
+
+_getaddrinfo = socket.getaddrinfo
+
+def _getaddrinfo_but_our_name(host, *args, **kwargs):
+    if host == socket.gethostname():
+        _unresolvable()
+    return _getaddrinfo(host, *args, **kwargs)
+
+socket.gethostname = lambda: "graphrt-test-host-without-dns"
+socket.getfqdn = lambda name="": name or socket.gethostname()  # as it answers when no lookup does
+socket.gethostbyname = _unresolvable
+socket.getaddrinfo = _getaddrinfo_but_our_name
+"""
+
+
+def test_two_tp_runs_at_once_on_a_machine_without_dns_both_finish(tmp_path):
+    # each rendezvous binds 127.0.0.1 on a port of its own, and no rank looks its host name up
+    (tmp_path / "sitecustomize.py").write_text(NO_DNS)
+    runs = [graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager", "--steps", "3",
+                    first_on_path=str(tmp_path)) for _ in range(2)]
+    for proc in runs:
+        stdout, stderr = proc.communicate(timeout=BOUND_S)
+        assert proc.returncode == 0, stderr
+        assert "eager: ranks' tokens identical" in stdout
 
 
 def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_path):
@@ -116,7 +151,7 @@ def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly
     out = tmp_path / "run.json"
     proc = graphrt("run", "--model", "tiny", "--device", "cuda", "--tp", "1", "--mode", "eager,graph",
                    "--steps", "6", "--json", str(out),
-                   launcher=("-m", "torch.distributed.run", "--nproc-per-node", "1"),
+                   launcher=("-m", "torch.distributed.run", "--nproc-per-node", "1", *TORCHRUN_LOCAL),
                    gpus=os.environ.get("CUDA_VISIBLE_DEVICES", "0"))  # pragma: no mutate
     stdout, stderr = proc.communicate(timeout=BOUND_S)  # NCCL would hang in teardown with live graphs
     assert proc.returncode == 0, stderr
