@@ -101,10 +101,18 @@ class Split:
 def split(config: ModelConfig, rank: int, world: int) -> Split:
     """Rank `rank`'s share; refuses a `world` that does not divide the heads and features."""
     h, k, i = config.num_attention_heads, config.num_key_value_heads, config.intermediate_size
-    if h % world or i % world or (k % world and world % k):
-        raise GraphrtError(
-            f"--tp {world} does not divide {config.name}'s {h} query heads, {k} KV heads and "
-            f"{i} intermediate features (the KV heads must divide by --tp, or --tp by them)")
+    # every rank holds whole heads and as many features: query heads and features divide by the
+    # ranks; KV heads divide by them (K >= N) or divide them (K < N: a KV head replicated)
+    wrong = []
+    if h % world:
+        wrong.append(f"its {h} query heads")
+    if k % world and world % k:
+        wrong.append(f"its {k} KV heads (nor do they divide --tp)")
+    if i % world:
+        wrong.append(f"its {i} intermediate features")
+    if wrong:
+        raise GraphrtError(f"--tp {world} does not divide {config.name}'s heads and features: "
+                           f"not {', nor '.join(wrong)}")
     heads, features = h // world, i // world
     # K >= N: K/N KV heads each; K < N: the one KV head this rank's query heads share
     kv_heads = max(k // world, 1)

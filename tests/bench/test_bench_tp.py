@@ -71,7 +71,7 @@ def test_a_tp_that_does_not_divide_the_heads_is_refused_naming_file_and_value(cl
     result = cli("bench", scenario, "--out", tmp_path)
     assert result.exit_code == 1
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {scenario}: tp 3: ") and "does not divide tiny's 4 query heads" in line
+    assert line.startswith(f"error: {scenario}: tp 3: ") and "not its 4 query heads" in line
     assert not list(tmp_path.glob("*.json"))
 
 

@@ -12,7 +12,9 @@ from conftest import FAMILY_CONFIGS, save_reference
 from safetensors.torch import load_file
 
 from graphrt.backends.eager import EagerBackend
+from graphrt.errors import GraphrtError
 from graphrt.model.config import PRESETS, from_hf_dir
+from graphrt.model.sharding import split
 from graphrt.model.weights import build_model
 from graphrt.parallel.launch import launch
 from graphrt.run.decode import decode
@@ -128,3 +130,36 @@ def test_each_rank_holds_its_slices_of_the_checkpoints_tensors(decoded):
         held = sum(t.numel() for n, t in mine.items() if n in expected)
         total = sum(t.numel() for n, t in whole.state_dict().items() if n in expected)
         assert held <= 0.6 * total
+
+
+# (query heads, KV heads, intermediate features, --tp) -> what each rank holds, or what is refused:
+# world sizes below, at and above the KV heads, and each part that does not divide on its own
+@pytest.mark.parametrize("heads, kv_heads, features, world, refused", [
+    (8, 4, 96, 2, None),                # KV heads above --tp: 2 each
+    (8, 4, 96, 4, None),                # KV heads equal to --tp: 1 each
+    (8, 2, 96, 4, None),                # KV heads below --tp, dividing it: one shared by 2 ranks
+    (8, 4, 96, 8, None),                # 1 query head a rank, each KV head on 2 ranks
+    (12, 4, 96, 3, "its 4 KV heads"),   # 3 neither divides 4 KV heads nor is divided by them
+    (8, 4, 100, 8, "its 100 intermediate features"),  # heads divide, features do not
+    (8, 4, 100, 4, None),               # ... but 100 / 4 does
+    (6, 2, 96, 4, "its 6 query heads"),
+])
+def test_a_tp_is_refused_naming_each_part_it_does_not_divide(heads, kv_heads, features, world, refused):
+    config = replace(PRESETS["tiny"], num_attention_heads=heads, num_key_value_heads=kv_heads,
+                     intermediate_size=features, head_dim=16)
+    if refused:
+        with pytest.raises(GraphrtError, match=f"--tp {world} does not divide") as error:
+            split(config, 0, world)
+        assert refused in str(error.value)
+        assert str(error.value).count("its ") == 1  # the parts that do divide are not blamed
+        return
+    shares = [split(config, rank, world) for rank in range(world)]
+    # every query head and feature held once; every KV head held, each by world / K ranks or 1
+    assert sorted(q for s in shares for q in range(s.q_start, s.q_start + s.heads)) == list(range(heads))
+    assert sorted(f for s in shares for f in range(s.i_start, s.i_start + s.features)) == list(range(features))
+    held = [kv for s in shares for kv in range(s.kv_start, s.kv_start + s.kv_heads)]
+    assert sorted(set(held)) == list(range(kv_heads)) and len(held) == max(world, kv_heads)
+    # and each rank's query heads read the KV head(s) it holds: query head q reads KV head q // G
+    groups = heads // kv_heads
+    for s in shares:
+        assert {q // groups for q in range(s.q_start, s.q_start + s.heads)} <= set(range(s.kv_start, s.kv_start + s.kv_heads))

@@ -140,9 +140,9 @@ def test_a_rank_that_dies_stops_every_rank_with_one_line_and_no_hang():
 def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_rank_starts(cli):
     result = cli("run", "--model", "tiny", "--tp", "3")
     assert result.exit_code == 1
-    assert result.stderr.strip() == ("error: --tp 3 does not divide tiny's 4 query heads, 2 KV heads "
-                                     "and 128 intermediate features (the KV heads must divide by "
-                                     "--tp, or --tp by them)")
+    assert result.stderr.strip() == ("error: --tp 3 does not divide tiny's heads and features: not its 4 "
+                                     "query heads, nor its 2 KV heads (nor do they divide --tp), nor "
+                                     "its 128 intermediate features")
 
 
 @pytest.mark.cuda
