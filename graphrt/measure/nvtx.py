@@ -18,7 +18,7 @@ module is attached or the name is first used, so a push is one call into the NVT
 torch's slower hooked path in `nn.Module._call_impl`. On a 2-core CPU shared with other jobs,
 no profiler attached:
 
-    python -m timeit -s "import torch; from graphrt import nvtx" \\
+    python -m timeit -s "import torch; from graphrt.measure import nvtx" \\
         -s "m = torch.nn.Identity(); x = torch.ones(1); nvtx.attach(m)" "m(x)"
 
 gives 1.9 µs per call, against 1.5 µs with nothing attached and 3.6 µs with one empty forward

@@ -9,12 +9,13 @@ dies never leaves the others waiting in a collective.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import uuid
 from typing import Any, Callable
 
 import torch
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from graphrt.errors import GraphrtError
@@ -38,6 +39,17 @@ def _config(ranks: int) -> LaunchConfig:
                         max_restarts=0, monitor_interval=0.1)
 
 
+def _cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
+    """The rank whose failure stopped the others. A rank killed by a signal (other than the SIGTERM
+    the agent stops the rest with) is the cause even where another rank's error was seen first:
+    its peers fail in their next collective, and on a busy machine they may exit before the agent
+    notices the dead one. Otherwise the first failure."""
+    killed = {r: f for r, f in failures.items() if f.exitcode < 0 and f.exitcode != -signal.SIGTERM}
+    found = killed or failures
+    rank = min(found, key=lambda r: (found[r].timestamp, r))
+    return rank, found[rank]
+
+
 def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) -> dict[int, Any]:
     """Run `entrypoint(*args)` (a function, or an executable given by path) on `ranks` processes;
     the value each rank returned, by rank (None for an executable). A rank that fails stops all
@@ -48,7 +60,7 @@ def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) ->
     try:
         return elastic_launch(_config(ranks), entrypoint)(*args)
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
+        rank, failure = _cause(e.failures)
         # a function's error comes back in its message; an executable's is on its stderr already
         error = failure.message.get("message") if isinstance(failure.message, dict) else None
         raise GraphrtError(f"rank {rank} of {ranks} failed ({error or f'exit code {failure.exitcode}'}); "

@@ -554,7 +554,7 @@ def nvtx_version() -> str:
 NSYS_SCRIPT = textwrap.dedent("""
     import torch
     from torch import nn
-    from graphrt import nvtx as gn
+    from graphrt.measure import nvtx as gn
 
     class Leaf(nn.Module):
         def forward(self, x):

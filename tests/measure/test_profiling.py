@@ -36,7 +36,7 @@ def test_a_session_leaves_kinetos_progress_lines_out_and_every_other_line_in():
     # kineto writes `USDT: ... profiler_start` to fd 2 from C++; a line written to fd 2 while the
     # session starts, and one printed inside it, still reach the user, in order
     code = ("import os, sys, torch\n"
-            "from graphrt import profiling\n"
+            "from graphrt.measure import profiling\n"
             "start = torch.profiler.profile.start\n"
             "def loud_start(self):\n"
             "    os.write(2, b'a line of the start\\n')\n"
