@@ -127,3 +127,60 @@ def slowest_of_steps() -> list[float]:
     out = slowest_per_step(mine)
     ranks_.leave()
     return out
+
+
+def disagreeing_capture(lint: bool) -> str | None:
+    """tiny on 2 ranks, rank 1's step issuing one all-reduce more (after the final norm): what
+    preparing a graph backend says of it, the lint included or not. A rank that would wait in
+    a collective its peer never issues is ended by an alarm, so a hang fails the launch."""
+    import signal
+
+    from graphrt.backends.factory import make_backend
+    from graphrt.model.config import resolve
+    from graphrt.model.weights import build_model
+
+    signal.alarm(60)
+    me = ranks_.join("cpu")
+    config, _ = resolve("tiny")
+    net = build_model(config, me.device, torch.float32, seed=0, ranks=me)
+    net.setup_cache(1, 8)
+    if me.rank == 1:
+        norm, forward = net.model.norm, net.model.norm.forward
+        norm.forward = lambda x: _all_reduce(forward(x), me.group)
+    try:
+        make_backend("graph", net, lint=lint).prepare(1)
+        said = None
+    except GraphCaptureError as e:
+        said = str(e)
+    ranks_.leave()
+    signal.alarm(0)
+    return said
+
+
+def disagreeing_run() -> str | None:
+    """`graphrt run --model tiny --tp 2 --mode eager` with rank 1's step issuing one all-reduce
+    more: what the run says of it (an alarm ends a rank that would wait forever)."""
+    import os
+    import signal
+
+    from graphrt.run import execute
+    from graphrt.run.spec import RunSpec
+
+    signal.alarm(60)
+    build = execute.build_model
+
+    def planted(*args, **kwargs):
+        net = build(*args, **kwargs)
+        if os.environ["RANK"] == "1":
+            norm, forward = net.model.norm, net.model.norm.forward
+            norm.forward = lambda x: _all_reduce(forward(x), dist.group.WORLD.group_name)
+        return net
+
+    execute.build_model = planted
+    try:
+        execute.run(RunSpec(model="tiny", tp=2, mode="eager", steps=3))
+        said = None
+    except GraphCaptureError as e:
+        said = str(e)
+    signal.alarm(0)
+    return said

@@ -131,14 +131,15 @@ class GraphBackend(Backend):
         if rows > self.model.max_batch:
             raise GraphrtError(f"the KV cache holds {self.model.max_batch} rows, bucket {rows} needs more")
         device = self.model.lm_head.weight.device
-        lint_seconds = self._lint() if self.lint else None
         self._allocate_inputs(rows, device)
         if dist.is_initialized():
-            # every rank must capture the same collectives; checking also lines the ranks up,
-            # with nothing of theirs in flight, before the first capture
+            # every rank must capture the same collectives. Checked first, before the lint, whose
+            # captures issue the step's real collectives: ranks that disagree would wait in them
+            # forever. Checking also lines the ranks up, with nothing of theirs in flight.
             with torch.inference_mode():
                 check_ranks_agree(lambda: self.model.decode_step(self.tokens[:1], self.positions[:1]),
                                   self.model)
+        lint_seconds = self._lint() if self.lint else None
         pool = new_pool(device)
         start = time.perf_counter()
         with torch.inference_mode():

@@ -10,6 +10,7 @@ import torch
 from graphrt.backends import Backend
 from graphrt.backends.factory import expand_modes, make_backend
 from graphrt.errors import GraphrtError
+from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.localize import Localization
 from graphrt.measure import nvtx
 from graphrt.measure.collective_share import measure_on
@@ -122,6 +123,12 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
     result = RunResult(spec, config, device, dtype, prompt, machine=machine(device), ranks=ranks)
+    if ranks is not None:
+        # before any mode issues a real collective: ranks whose steps disagree would wait forever
+        tokens = torch.zeros(spec.batch, 1, dtype=torch.long, device=device)
+        positions = torch.full((spec.batch,), spec.prompt_len, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            check_ranks_agree(lambda: model.decode_step(tokens, positions), model)
     was_enabled = nvtx.set_enabled(spec.nvtx)  # --no-nvtx lasts for this run only
     try:
         with nvtx.attach(model):

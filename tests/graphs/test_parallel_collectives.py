@@ -101,3 +101,19 @@ def test_a_tensor_parallel_step_takes_the_slowest_ranks_time_at_each_step():
     assert stats.median == 2.0 and stats.n == 3  # steps (2, 5, 2): neither rank's own median
     assert slowest([fast, slow]).p90 > 4.0
     assert spread_ms([fast, slow]) == 1.0  # medians 1 and 2
+
+
+@pytest.mark.parametrize("lint", [True, False])
+def test_ranks_that_disagree_are_refused_before_the_lint_issues_a_collective_one_would_wait_in(lint):
+    # the lint captures the step with its real collectives: were it first, rank 0 would wait
+    # forever in the all-reduce rank 1 issues alone (the alarm in tests/ranks.py ends it)
+    said = launch(ranks.disagreeing_capture, [lint], 2)
+    assert said[0] == said[1] is not None
+    assert "collective #5: rank 0 issues no collective; rank 1 issues _c10d_functional.all_reduce" in said[0]
+
+
+def test_a_run_whose_ranks_disagree_is_refused_before_its_first_mode_issues_a_collective():
+    # eager issues its collectives for real, as it decodes: the ranks agree before it runs
+    said = launch(ranks.disagreeing_run, [], 2)
+    assert said[0] == said[1] is not None
+    assert "collective #5: rank 0 issues no collective; rank 1 issues _c10d_functional.all_reduce" in said[0]
