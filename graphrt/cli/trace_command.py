@@ -10,7 +10,6 @@ from tabulate import tabulate
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.parallel import launch, ranks
-from graphrt.run import execute
 from graphrt.run.spec import RunSpec
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
@@ -56,10 +55,12 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
     side by side. With --tp N, each rank records its own steps (torch.profiler) into rank<r>/
     of one directory."""
-    if launch.relaunched(options):
-        return
     spec = RunSpec(**options)
     if ranks.launched():
+        raise GraphrtError("graphrt trace starts its own ranks (--tp N), one launch per mode: run it "
+                           "without torchrun")
+    if spec.tp > 1:
+        launch.refuse_early(options)
         _trace_ranks(spec, profiler, Path(out), overhead)
         return
     made = make_traces(spec, profiler, Path(out), overhead_steps=overhead, timeout_s=timeout,
@@ -79,16 +80,12 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
 
 
 def _trace_ranks(spec: RunSpec, profiler: str, out: Path, overhead: int) -> None:
-    """One rank of `graphrt trace --tp N`: its traces in rank<r>/ of one directory; rank 0 says
-    where."""
+    """`graphrt trace --tp N`: each rank's traces in rank<r>/ of one directory."""
     if profiler == "nsys" or overhead:
         raise GraphrtError("--tp traces each rank with torch.profiler: give --profiler torch "
                            "(or auto), and no --overhead")
-    me = execute.join_ranks(spec)
-    made = make_rank_traces(spec, me, out, say=lambda line: click.echo(line, err=True) if me.leader else None)
-    ranks.leave()
-    if made is not None:
-        click.echo(f"wrote {made.path.parent}/, one trace directory per rank (rank0/ ... "
-                   f"rank{me.world - 1}/); rank 0's:")
-        click.echo(_listing(made))
-        click.echo(f"\nevery figure of a rank: graphrt analyze {made.path}")
+    made = make_rank_traces(spec, spec.tp, out, say=lambda line: click.echo(line, err=True))
+    click.echo(f"wrote {made.path.parent}/, one trace directory per rank (rank0/ ... "
+               f"rank{spec.tp - 1}/); rank 0's:")
+    click.echo(_listing(made))
+    click.echo(f"\nevery figure of a rank: graphrt analyze {made.path}")

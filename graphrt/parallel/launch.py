@@ -81,9 +81,15 @@ def relaunched(options: dict[str, Any]) -> bool:
     tp = options["tp"]
     if tp <= 1 or launched():
         return False
+    refuse_early(options)
+    launch_command(sys.argv[1:], tp)  # the arguments this process was started with
+    return True
+
+
+def refuse_early(options: dict[str, Any]) -> None:
+    """What every one of `--tp N` ranks would refuse alike, refused before any starts."""
+    tp = options["tp"]
     split(resolve(options["model"])[0], 0, tp)
     cuda = options["device"] == "cuda" or (options["device"] == "auto" and torch.cuda.is_available())
     if cuda and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
         raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
-    launch_command(sys.argv[1:], tp)  # the arguments this process was started with
-    return True

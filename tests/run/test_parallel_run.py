@@ -206,6 +206,10 @@ def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_tra
     for rank in (0, 1):
         directory = made / f"rank{rank}"
         assert json.loads((directory / "summary.json").read_text())["rank"] == rank
+        # each mode in a process of its own, on every rank: each profiler session its process's first
+        pids = {mode: {e["pid"] for e in json.loads((directory / f"{mode}.json").read_text())["traceEvents"]
+                       if e.get("ph") == "X" and e.get("cat") == "cpu_op"} for mode in ("eager", "graph")}
+        assert len(pids["eager"]) == len(pids["graph"]) == 1 and pids["eager"] != pids["graph"]
         for mode in ("eager", "graph"):
             out = tmp_path / f"{rank}-{mode}.json"
             assert cli("analyze", directory / f"{mode}.json", "--json", out).exit_code == 0
