@@ -89,7 +89,7 @@ fi
 # -- packages the image lacks, from .whl/ ---------------------------------------------------------
 site="$work/site"
 missing=()
-for module in nvtx click tabulate safetensors; do
+for module in nvtx msgspec click tabulate safetensors; do
   "$py" -c "import $module" 2>/dev/null || missing+=("$module")
 done
 if [ ${#missing[@]} != 0 ] && ! "$py" scripts/install_wheels.py .whl "$site" "${missing[@]}"; then

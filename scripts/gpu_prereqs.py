@@ -25,7 +25,7 @@ STEPS = {
     "plot": "the sweep's PNG",
 }
 NEEDS = {
-    "graphrt": ("nvtx", "click", "tabulate", "safetensors"),
+    "graphrt": ("nvtx", "msgspec", "click", "tabulate", "safetensors"),
     "tests": ("pytest", "hypothesis"),
     "plot": ("matplotlib",),
 }
