@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from toy_modules import CountsCalls
 
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
@@ -149,18 +150,6 @@ def test_the_check_leaves_the_model_attributes_as_it_found_them(as_function):
     result = assert_replays_like_eager(step, torch.ones(2), next_inputs=lambda out, x: out, **kwargs)
     assert result == ReplayComparison(steps=8, divergence=None, max_abs_diff=0.0)
     assert model.scale is None
-
-
-class CountsCalls(nn.Module):
-    """Returns, next to a tensor, how often it has run: a Python value, which a graph freezes."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x * 2, self.calls
 
 
 @pytest.mark.parametrize("as_function", [False, True], ids=["module", "function-with-model"])

@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 from torch import nn
+from toy_modules import CountsCalls
 
 from graphrt.backends.graph import GraphBackend
 from graphrt.testing import assert_replays_like_eager, compare_replay, localize
@@ -127,16 +128,6 @@ def test_a_between_step_change_that_does_not_repeat_is_said_not_reproduced_never
     assert compared.startswith("replay differs from eager: step 1: ")
     assert localized.startswith(f"localized: not reproduced: the comparison differed ({compared.split(': ', 1)[1]}); "
                                 "a probed re-run of the same steps matched eager over 6 steps.")
-
-
-class CountsCalls(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x * 2, self.calls
 
 
 def test_a_difference_no_probe_holds_is_said_so_never_no_difference():
