@@ -11,6 +11,7 @@ from tabulate import tabulate
 from graphrt import __version__, hardware, report, runner, text
 from graphrt.backends.factory import GROUPS, MODES
 from graphrt.bench.command import bench
+from graphrt.bench.plan import plan
 from graphrt.errors import GraphrtError, first_line
 from graphrt.io import check_writable, write_json
 from graphrt.nvtx import check_recording
@@ -134,5 +135,5 @@ def info(measure: bool) -> None:
     click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
 
 
-for command in (analyze, trace, bench):
+for command in (analyze, trace, bench, plan):
     main.add_command(command)

@@ -94,8 +94,10 @@ class Plan:
         return (self.total_ns, len(self.sizes), self.memory_bytes, self.capture_us, self.sizes)
 
 
-def evaluate(problem: Problem, sizes: tuple[int, ...]) -> Plan:
-    """What `sizes` (any subset of 1..M, possibly empty) costs over the problem's traffic."""
+def evaluate(problem: Problem, sizes: tuple[int, ...], padding: bool = True) -> Plan:
+    """What `sizes` (any subset of 1..M, possibly empty) costs over the problem's traffic.
+    Without `padding` (an engine that pads no batch) a step runs its graph only where its
+    batch is a captured size, and eagerly otherwise."""
     sizes = tuple(sorted(set(sizes)))
     if sizes and not 1 <= sizes[0] <= sizes[-1] <= problem.size:
         raise ValueError(f"sizes {sizes} are outside 1..{problem.size}")
@@ -105,7 +107,7 @@ def evaluate(problem: Problem, sizes: tuple[int, ...]) -> Plan:
     for b, w in enumerate(problem.weights, 1):
         while c is not None and c < b:
             c = next(cover, None)
-        if c is None:
+        if c is None or (not padding and c != b):
             total, eager, rows = total + w * problem.eager_ns[b - 1], eager + w, rows + w * b
         else:
             total, rows, padded = total + w * problem.graph_ns[c - 1], rows + w * c, padded + w * (c - b)
