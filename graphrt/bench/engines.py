@@ -44,8 +44,7 @@ def sglang_sizes(cuda_graph_max_bs: int) -> tuple[int, ...]:
 
 def trtllm_sizes(max_batch_size: int = 128, enable_padding: bool = False) -> tuple[int, ...]:
     sizes = [1, 2, 4, *(i * 8 for i in range(1, 17))] if enable_padding else [*range(1, 32), 32, 64, 128]
-    if max_batch_size > 1:  # log2(1) = 0: no powers to add
-        sizes += [2 ** i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]
+    sizes += [2 ** i for i in range(8, math.ceil(math.log(max_batch_size, 2)))]
     sizes = sorted(s for s in sizes if s <= max_batch_size)
     if sizes[-1] != max_batch_size:
         sizes.append(max_batch_size)

@@ -44,7 +44,8 @@ class SizeFigures:
 
 def grid(top: int, spec: str, keep: Iterable[int] = ()) -> tuple[int, ...]:
     """The sizes to measure for candidates 1..`top`: `all`; `auto` (1..8, then every multiple of
-    8, and the sizes in `keep`: the baselines' and the traffic's largest); or a comma list. 1
+    8, and the sizes in `keep`: the traffic's largest batch and the sizes lists run it as); or
+    a comma list. 1
     and `top` are always in, so every size lies between two measured ones."""
     if spec == "all":
         return tuple(range(1, top + 1))

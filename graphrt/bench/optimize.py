@@ -183,14 +183,15 @@ def frontier(problem: Problem, budget: Budget = Budget()) -> dict[int, Plan]:
     return {k: evaluate(problem, plan.sizes) for k, plan in sorted(best.items())}
 
 
-def choose(problem: Problem, budget: Budget = Budget()) -> tuple[Plan, dict[int, Plan]]:
+def choose(problem: Problem, budget: Budget = Budget(), said: str | None = None) -> tuple[Plan, dict[int, Plan]]:
     """The best plan of one or more graphs within `budget`, and the frontier it was chosen from.
-    A budget no plan fits is refused, saying what the smallest plan needs."""
+    A budget no plan fits is refused, saying what the smallest plan needs (and the budget as
+    `said`, as the user gave it, where given)."""
     if budget.max_graphs is not None and budget.max_graphs < 1:
         raise GraphrtError(f"--max-graphs {budget.max_graphs}: a plan holds at least one graph")
     plans = frontier(problem, budget)
     if not plans:
-        raise GraphrtError(f"no plan fits {describe_budget(budget)}: {smallest_plan(problem)}")
+        raise GraphrtError(f"no plan fits {said or describe_budget(budget)}: {smallest_plan(problem)}")
     return min(plans.values(), key=lambda plan: plan.key), plans
 
 

@@ -37,12 +37,12 @@ def _lists(traffic: Traffic, max_batch: int, checks: tuple[tuple[int, ...], ...]
     return lists + [(f"--check {','.join(map(str, c))}", c, True) for c in checks]
 
 
-def _top(traffic: Traffic, lists: list[tuple[str, tuple[int, ...], bool]]) -> int:
-    """The largest size to measure: the traffic's largest batch, or the first size of a padded
-    list that holds it, where that is larger."""
+def _covers(traffic: Traffic, lists: list[tuple[str, tuple[int, ...], bool]]) -> list[int]:
+    """The traffic's largest batch, and the size each padded list runs it as: the sizes a
+    comparison cannot do without (the largest of them is the largest size measured)."""
     largest = max(traffic)
-    covers = [next((s for s in sorted(sizes) if s >= largest), largest) for _, sizes, padded in lists if padded]
-    return max([largest, *covers])
+    return [largest, *(next((s for s in sorted(sizes) if s >= largest), largest)
+                       for _, sizes, padded in lists if padded)]
 
 
 def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[dict]:
@@ -82,7 +82,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     the measuring as it goes."""
     traffic = read_traffic(options["traffic"])
     lists = _lists(traffic, options["engine_max_batch"] or max(traffic), options["check"])
-    top = _top(traffic, lists)
+    top = max(_covers(traffic, lists))
     spec = RunSpec(model=options["model"], device=options["device"], dtype=options["dtype"], batch=top,
                    prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
                    seed=options["seed"])
@@ -93,8 +93,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
             _load_measurements(options["measurements"], config.name, device.type, dtype_name),
             options["measurements"])
     else:
-        keep = [max(traffic), *(s for _, sizes, _ in lists for s in sizes if s <= top)]
-        sizes = measure_sizes.grid(top, options["grid"], keep)
+        sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
         measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
                                          spec.seed, on_measure=say)
     figures = measure_sizes.interpolate(measured, top)
@@ -102,7 +101,9 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     budget = Budget(options["max_graphs"],
                     None if options["memory"] is None else round(options["memory"] * plan_report.MIB),
                     None if options["capture_seconds"] is None else round(options["capture_seconds"] * 1e6))
-    chosen, frontier = choose(problem, budget)
+    said = " ".join(f"--{name.replace('_', '-')} {options[name]:g}" for name in ("max_graphs", "memory", "capture_seconds")
+                    if options[name] is not None)
+    chosen, frontier = choose(problem, budget, said or None)
     rows = [plan_report.Row("chosen", chosen),
             *(plan_report.baseline(problem, name, sizes, max(traffic), padded) for name, sizes, padded in lists),
             plan_report.Row("all eager", evaluate(problem, ()))]
@@ -143,8 +144,8 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     for line in plan_report.export_lines(doc["export"]):
         click.echo(f"  {line}")
     if doc["check"]:
-        click.echo(plan_check.Check(**{k: v for k, v in doc["check"].items() if k != "agrees"} |
-                                    {"band_ms": tuple(doc["check"]["band_ms"])}).describe())
+        click.echo(plan_check.Check(**{k: tuple(v) if isinstance(v, list) else v
+                                       for k, v in doc["check"].items() if k != "agrees"}).describe())
     if doc["graphs"] == "tape":
         click.echo("note: TapeGraphs here: the figures are the CPU's, with CUDA-graph semantics "
                    "and no launch overhead to remove; plan on the GPU that serves")
