@@ -21,6 +21,8 @@ class PrepareReport:
     # (device_bytes, the drop in the device's free memory, only for CUDA graphs)
     buckets: dict[int, dict[str, int]] = field(default_factory=dict)
     lint_seconds: float | None = None  # the graph backend's lint of the step, before capture
+    # per captured batch bucket, the seconds its capture took (warmup included)
+    capture_seconds: dict[int, float] = field(default_factory=dict)
 
 
 class Backend(ABC):

@@ -141,11 +141,13 @@ class GraphBackend(Backend):
                                   self.model)
         lint_seconds = self._lint() if self.lint else None
         pool = new_pool(device)
-        start = time.perf_counter()
+        start, capture_seconds = time.perf_counter(), {}
         with torch.inference_mode():
             for bs in sorted(self.buckets, reverse=True):  # largest first: smaller ones reuse its pool
+                began = time.perf_counter()
                 with nvtx_range(f"capture[bs={bs}]"):
                     self._capture_bucket(bs, pool)
+                capture_seconds[bs] = time.perf_counter() - began
         seconds = time.perf_counter() - start
         graphs = {bs: self._bucket_graphs(bs) for bs in self.graphs}
         memory = sum(graph.memory_bytes for bucket in graphs.values() for graph in bucket)
@@ -153,7 +155,7 @@ class GraphBackend(Backend):
         notes = [] if self.kind == "cuda" else [  # pragma: no mutate (CUDA only)
             "TapeGraphs here: CUDA-graph semantics without a GPU, a correctness "
             "check, not a speed claim (launch overhead exists only on CUDA)"]
-        return PrepareReport(seconds, memory, notes, per_bucket, lint_seconds)
+        return PrepareReport(seconds, memory, notes, per_bucket, lint_seconds, capture_seconds)
 
     def _lint(self) -> float:
         """Lint the step at the smallest bucket (the cheapest: a Python value a graph would

@@ -1,0 +1,152 @@
+"""Per batch size: the eager step, the replayed step, the graph's memory and capture time.
+
+The sizes of a grid are measured on one model and one KV cache: every size's graph is captured
+largest first into one pool (`GraphBackend.prepare`, as a server captures its list), which gives
+each graph's increment to a pool larger graphs filled and its capture time; then each size
+decodes eagerly and through its graph, timed as `graphrt run` times a mode (`engine.decode`:
+median, p10, p90 of the steps after warmup). On CUDA each size but the largest is also captured
+alone into a fresh pool, for what it costs as the first (largest) graph of a plan; a tape keeps
+its own tensors whatever the pool, so there the two are one figure (graphrt.bench.optimize
+states the model). Sizes between grid points are interpolated linearly and say so.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+
+from graphrt.backends.eager import EagerBackend
+from graphrt.backends.graph import GraphBackend
+from graphrt.errors import GraphrtError
+from graphrt.graphs import graph_kind
+from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.run.decode import decode, random_prompt
+
+
+@dataclass(frozen=True)
+class SizeFigures:
+    batch: int
+    eager_ms: float  # median eager step
+    eager_p10: float
+    eager_p90: float
+    graph_ms: float  # median replayed step
+    graph_p10: float
+    graph_p90: float
+    graph_bytes: int  # what the graph adds to a pool larger graphs filled
+    capture_s: float  # its capture, after larger ones
+    first_graph_bytes: int  # ... into an empty pool, as a plan's largest graph
+    first_capture_s: float
+    measured: bool  # False: interpolated between the measured sizes around it
+
+
+def grid(top: int, spec: str, keep: Iterable[int] = ()) -> tuple[int, ...]:
+    """The sizes to measure for candidates 1..`top`: `all`; `auto` (1..8, then every multiple of
+    8, and the sizes in `keep`: the traffic's largest batch and the sizes lists run it as); or
+    a comma list. 1
+    and `top` are always in, so every size lies between two measured ones."""
+    if spec == "all":
+        return tuple(range(1, top + 1))
+    if spec == "auto":
+        chosen = {*range(1, min(8, top) + 1), *range(8, top + 1, 8), *keep}
+    else:
+        try:
+            chosen = {int(part) for part in spec.split(",")}
+        except ValueError:
+            raise GraphrtError(f"--grid {spec!r}: expected all, auto or comma-separated batch sizes") from None
+        if any(b <= 0 for b in chosen):
+            raise GraphrtError(f"--grid {spec!r}: batch sizes are positive integers")
+    return tuple(sorted(b for b in chosen | {1, top} if b <= top))
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":  # pragma: no mutate (CUDA only)
+        torch.cuda.empty_cache()
+
+
+def _alone(model: Qwen2ForCausalLM, sizes: tuple[int, ...]) -> dict[int, tuple[int, float]]:
+    """CUDA: each size but the largest captured alone into a fresh pool: (bytes, seconds)."""
+    device = model.lm_head.weight.device
+    if graph_kind(device) != "cuda":
+        return {}
+    found = {}
+    for bs in sizes[:-1]:  # pragma: no mutate block (CUDA only)
+        report = GraphBackend(model, (bs,), lint=False).prepare(bs)
+        found[bs] = (report.memory_bytes, report.capture_seconds[bs])
+        _free(device)
+    return found
+
+
+def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup: int,
+            prompt_len: int, seed: int = 0,
+            on_measure: Callable[[int, int, str], None] | None = None) -> dict[int, SizeFigures]:
+    """Figures of every size in `sizes` (ascending), measured on `model`. `on_measure(done,
+    total, label)` hears of each part as it starts: the captures, then each size."""
+    total = len(sizes) + 1
+    say = on_measure or (lambda done, total, label: None)
+    device = model.lm_head.weight.device
+    model.setup_cache(sizes[-1], prompt_len + steps)
+    say(0, total, f"capturing {len(sizes)} graphs")
+    alone = _alone(model, sizes)
+    graphs = GraphBackend(model, sizes)
+    prepared = graphs.prepare(sizes[-1])
+    eager = EagerBackend(model)
+    prompt = random_prompt(sizes[-1], prompt_len, model.config.vocab_size, seed)
+    figures = {}
+    for done, bs in enumerate(sizes, 1):
+        say(done, total, f"batch {bs}")
+        e = decode(eager, prompt[:bs], steps, warmup, keep_logits=False).stats
+        g = decode(graphs, prompt[:bs], steps, warmup, keep_logits=False).stats
+        shared = (prepared.buckets[bs]["pool_bytes"], prepared.capture_seconds[bs])
+        first = alone.get(bs, shared)
+        figures[bs] = SizeFigures(bs, e.median, e.p10, e.p90, g.median, g.p10, g.p90,
+                                  *shared, *first, measured=True)
+    del graphs
+    _free(device)
+    return figures
+
+
+def interpolate(measured: dict[int, SizeFigures], top: int) -> list[SizeFigures]:
+    """Every size 1..`top`: the measured ones as they are, the others linear between the
+    measured sizes around them (memory rounded to bytes)."""
+    points = sorted(measured)
+    if points[0] != 1 or points[-1] < top:
+        raise GraphrtError(f"the measurements cover batch {points[0]}..{points[-1]}; "
+                           f"the plan needs 1..{top}")
+    out = []
+    for b in range(1, top + 1):
+        if b in measured:
+            out.append(measured[b])
+            continue
+        lo = max(p for p in points if p < b)
+        hi = min(p for p in points if p > b)
+        t = (b - lo) / (hi - lo)
+        a, z = asdict(measured[lo]), asdict(measured[hi])
+        mixed = {f.name: a[f.name] + t * (z[f.name] - a[f.name]) for f in fields(SizeFigures)
+                 if f.name not in ("batch", "measured")}
+        for name in ("graph_bytes", "first_graph_bytes"):
+            mixed[name] = round(mixed[name])
+        out.append(SizeFigures(batch=b, measured=False, **mixed))
+    return out
+
+
+def to_records(figures: list[SizeFigures]) -> list[dict]:
+    return [asdict(f) for f in figures]
+
+
+def from_records(records: list[dict], source: str) -> dict[int, SizeFigures]:
+    """The measured sizes of an earlier plan's `per_size`; a malformed entry is refused."""
+    names = {f.name for f in fields(SizeFigures)}
+    found = {}
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or set(record) != names:
+            raise GraphrtError(f"{source}: per_size[{i}]: expected the fields {', '.join(sorted(names))}")
+        figure = SizeFigures(**record)
+        if figure.measured:
+            found[figure.batch] = replace(figure)
+    if not found:
+        raise GraphrtError(f"{source}: per_size holds no measured size")
+    return found

@@ -1,0 +1,107 @@
+"""`graphrt plan`: which batch sizes to capture, from measured steps and a server's traffic.
+
+Read the traffic; measure every size up to the largest any list needs (a grid, the rest
+interpolated); choose the exact optimum under the budget (graphrt.bench.optimize); set it against
+the engines' defaults; capture it for real and time a sample of the traffic through it; print
+the table and the exports, write the JSON and the frontier's PNG. `graphrt.cli` adds the command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from graphrt.bench import engines, measure_sizes, plan_check, plan_report
+from graphrt.bench.optimize import Budget, choose, evaluate
+from graphrt.bench.results import versions
+from graphrt.bench.traffic import Traffic, read_traffic
+from graphrt.errors import GraphrtError
+from graphrt.measure import hardware
+from graphrt.run.execute import load
+from graphrt.run.spec import RunSpec
+
+FORMAT = "graphrt-plan/1"
+
+
+def _lists(traffic: Traffic, max_batch: int, checks: tuple[tuple[int, ...], ...]
+           ) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, sizes, padding) of every list the plan is set against."""
+    lists = [(name, sizes, name != engines.TRTLLM) for name, sizes in engines.defaults(max_batch).items()]
+    return lists + [(f"--check {','.join(map(str, c))}", c, True) for c in checks]
+
+
+def _covers(traffic: Traffic, lists: list[tuple[str, tuple[int, ...], bool]]) -> list[int]:
+    """The traffic's largest batch, and the size each padded list runs it as: the sizes a
+    comparison cannot do without (the largest of them is the largest size measured)."""
+    largest = max(traffic)
+    return [largest, *(next((s for s in sorted(sizes) if s >= largest), largest)
+                       for _, sizes, padded in lists if padded)]
+
+
+def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[dict]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise GraphrtError(f"--measurements {path}: cannot read a plan's JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise GraphrtError(f"--measurements {path}: not a `graphrt plan --json` result ({FORMAT})")
+    theirs = (doc.get("model"), doc.get("device"), doc.get("dtype"))
+    if theirs != (model, device, dtype):
+        raise GraphrtError(f"--measurements {path}: measured {' · '.join(map(str, theirs))}, "
+                           f"this plan is for {model} · {device} · {dtype}")
+    return doc.get("per_size", [])
+
+
+def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None) -> dict[str, Any]:
+    """The plan document (see the README's `graphrt plan`); `say(done, total, label)` hears of
+    the measuring as it goes."""
+    traffic = read_traffic(options["traffic"])
+    lists = _lists(traffic, options["engine_max_batch"] or max(traffic), options["check"])
+    top = max(_covers(traffic, lists))
+    spec = RunSpec(model=options["model"], device=options["device"], dtype=options["dtype"], batch=top,
+                   prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
+                   seed=options["seed"])
+    config, model, device, dtype = load(spec)
+    dtype_name = str(dtype).removeprefix("torch.")
+    if options["measurements"]:
+        measured = measure_sizes.from_records(
+            _load_measurements(options["measurements"], config.name, device.type, dtype_name),
+            options["measurements"])
+    else:
+        sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
+        measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
+                                         spec.seed, on_measure=say)
+    figures = measure_sizes.interpolate(measured, top)
+    problem = plan_report.problem_for(figures, traffic)
+    budget = Budget(options["max_graphs"],
+                    None if options["memory"] is None else round(options["memory"] * plan_report.MIB),
+                    None if options["capture_seconds"] is None else round(options["capture_seconds"] * 1e6))
+    said = " ".join(f"--{name.replace('_', '-')} {options[name]:g}" for name in ("max_graphs", "memory", "capture_seconds")
+                    if options[name] is not None)
+    chosen, frontier = choose(problem, budget, said or None)
+    rows = [plan_report.Row("chosen", chosen),
+            *(plan_report.baseline(problem, name, sizes, max(traffic), padded) for name, sizes, padded in lists),
+            plan_report.Row("all eager", evaluate(problem, ()))]
+    doc: dict[str, Any] = {
+        "format": FORMAT, "model": config.name, "device": device.type, "dtype": dtype_name,
+        "machine": hardware.describe(device), "versions": versions(),
+        "graphs": "cuda" if device.type == "cuda" else "tape",
+        "timing": {"steps": spec.steps, "warmup": spec.warmup, "prompt_len": spec.prompt_len},
+        "traffic": {str(b): n for b, n in traffic.items()},
+        "budget": {"max_graphs": options["max_graphs"], "memory_mib": options["memory"],
+                   "capture_seconds": options["capture_seconds"]},
+        "engine_max_batch": options["engine_max_batch"] or max(traffic),
+        "per_size": measure_sizes.to_records(figures),
+        "chosen": plan_report.row_dict(rows[0]),
+        "baselines": [plan_report.row_dict(r) for r in rows[1:]],
+        "frontier": plan_report.frontier_dicts(frontier),
+        "export": engines.exports(chosen.sizes),
+        "check": None,
+    }
+    if options["verify"]:
+        model.setup_cache(top, spec.prompt_len + spec.steps)
+        doc["check"] = plan_check.check(model, figures, chosen.sizes, chosen.memory_bytes, traffic,
+                                        options["verify_steps"], spec.prompt_len, spec.seed).as_dict()
+    return doc

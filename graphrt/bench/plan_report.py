@@ -1,0 +1,92 @@
+"""A plan's rows (the chosen plan, the engines' defaults, the frontier), its table and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tabulate import tabulate
+
+from graphrt.bench.measure_sizes import SizeFigures
+from graphrt.bench.optimize import Plan, Problem, evaluate
+
+MIB = 1 << 20
+
+
+def problem_for(figures: list[SizeFigures], traffic: dict[int, int]) -> Problem:
+    """The optimizer's problem: per size 1..M, the traffic's steps and the figures in integer
+    units (step ns, bytes, capture us), so that sums are exact and ties real."""
+    return Problem(
+        weights=tuple(traffic.get(f.batch, 0) for f in figures),
+        eager_ns=tuple(round(f.eager_ms * 1e6) for f in figures),
+        graph_ns=tuple(round(f.graph_ms * 1e6) for f in figures),
+        inc_bytes=tuple(max(0, f.graph_bytes) for f in figures),
+        first_bytes=tuple(max(0, f.first_graph_bytes) for f in figures),
+        inc_us=tuple(round(max(0.0, f.capture_s) * 1e6) for f in figures),
+        first_us=tuple(round(max(0.0, f.first_capture_s) * 1e6) for f in figures))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One list of sizes, evaluated over the traffic."""
+
+    name: str
+    plan: Plan
+    padding: bool = True  # a batch pads up to the next captured size (else only exact sizes replay)
+    unused: int = 0  # sizes of the list above every batch of the traffic, left out of its figures
+
+
+def baseline(problem: Problem, name: str, sizes: tuple[int, ...], largest: int, padding: bool = True) -> Row:
+    """A list as an engine runs it: the sizes that can serve this traffic (up to the first that
+    holds its `largest` batch, or up to it without padding) are evaluated; those above serve
+    none of it and are counted as unused, not charged."""
+    cover = next((s for s in sorted(sizes) if s >= largest), None) if padding else largest
+    kept = tuple(s for s in sorted(set(sizes)) if cover is None or s <= cover)
+    return Row(name, evaluate(problem, kept, padding), padding, len(set(sizes)) - len(kept))
+
+
+def row_dict(row: Row) -> dict[str, Any]:
+    plan = row.plan
+    return {"name": row.name, "sizes": list(plan.sizes), "padding": row.padding,
+            "unused_sizes": row.unused, "expected_ms": plan.mean_ms,
+            "padding_share": plan.padded_rows / plan.rows if plan.rows else 0.0,
+            "eager_share": plan.eager_steps / plan.steps, "graph_bytes": plan.memory_bytes,
+            "capture_s": plan.capture_us / 1e6}
+
+
+def _sizes_text(sizes: list[int], limit: int = 12) -> str:
+    text = ",".join(map(str, sizes[:limit]))
+    return text + (f",… ({len(sizes)})" if len(sizes) > limit else "") if sizes else "-"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The chosen plan (first row) against the others."""
+    chosen = rows[0]["expected_ms"]
+    body = [[r["name"], len(r["sizes"]) if not r["unused_sizes"] else f"{len(r['sizes'])} (+{r['unused_sizes']} unused)",
+             f"{r['expected_ms']:.4f}", f"{r['expected_ms'] / chosen - 1:+.1%}" if r is not rows[0] else "-",
+             f"{100 * r['padding_share']:.1f}", f"{100 * r['eager_share']:.1f}",
+             f"{r['graph_bytes'] / MIB:.3f}", f"{r['capture_s']:.3f}", _sizes_text(r["sizes"])]
+            for r in rows]
+    headers = ["plan", "graphs", "mean step ms", "vs chosen", "padding %", "eager %", "graph MiB",
+               "capture s", "sizes"]
+    return tabulate(body, headers=headers, disable_numparse=True, colalign=("left", *["right"] * 7, "left"))
+
+
+def frontier_table(frontier: list[dict[str, Any]]) -> str:
+    body = [[f["graphs"], f"{f['expected_ms']:.4f}", f"{f['graph_bytes'] / MIB:.3f}", f"{f['capture_s']:.3f}",
+             _sizes_text(f["sizes"])] for f in frontier]
+    return tabulate(body, headers=["graphs", "best mean step ms", "graph MiB", "capture s", "sizes"],
+                    disable_numparse=True, colalign=("right", "right", "right", "right", "left"))
+
+
+def frontier_dicts(plans: dict[int, Plan]) -> list[dict[str, Any]]:
+    return [{"graphs": k, **{key: v for key, v in row_dict(Row("", plan)).items()
+                             if key in ("sizes", "expected_ms", "graph_bytes", "capture_s")}}
+            for k, plan in plans.items()]
+
+
+def export_lines(export: dict[str, dict]) -> list[str]:
+    return [f"vLLM:          {export['vllm']['cli']}",
+            f"SGLang:        {export['sglang']['cli']}",
+            "TensorRT-LLM:  " + export["tensorrt_llm"]["yaml"].rstrip().replace("\n", "\n               "),
+            f"graphrt:       {export['graphrt']['cli']}"]
