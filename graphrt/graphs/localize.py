@@ -36,8 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphrt.graphs.probe import STEP, Probe, observe, tensor_leaves
 from graphrt.graphs.tape import TapeGraph
-from graphrt.graphs.tolerance import (EXACT, LAST_BITS, Tolerances, ValueDifference,  # noqa: F401
-                                      compare_values, tolerances_for)
+from graphrt.graphs.tolerance import Tolerances, ValueDifference, compare_values
 from graphrt.measure import nvtx
 from graphrt.measure.opcount import classify, does_work, storage_key
 

@@ -20,9 +20,10 @@ from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
 from graphrt.graphs import TapeGraph
 from graphrt.graphs.lint import module_ranges
-from graphrt.graphs.localize import Localization, OpValue, StepComparer, record_step, tape_ops, tolerances_for
+from graphrt.graphs.localize import Localization, OpValue, StepComparer, record_step, tape_ops
 from graphrt.graphs.probe import Probe
 from graphrt.graphs.restore import preserved
+from graphrt.graphs.tolerance import tolerances_for
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
 from graphrt.run.decode import Generation, decode
 from graphrt.run.equivalence import compare, logits_differ

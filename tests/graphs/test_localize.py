@@ -24,9 +24,8 @@ from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import PiecewiseBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import TapeGraph, capture
-from graphrt.graphs.localize import EXACT, LAST_BITS, compare_values
 from graphrt.graphs.probe import ProbeSet
-from graphrt.graphs.tolerance import ValueDifference
+from graphrt.graphs.tolerance import EXACT, LAST_BITS, ValueDifference, compare_values
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
 from graphrt.run.decode import decode, random_prompt
