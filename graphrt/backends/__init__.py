@@ -1,50 +1,5 @@
-"""Backends: one decode step (`model.decode_step`), run in different ways (docs/design.md, Invariants, 1)."""
+"""Backends: one decode step (`model.decode_step`), run in different ways (docs/design.md, Invariants, 1).
 
-from __future__ import annotations
-
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-
-import torch
-
-from graphrt.model.decoder import Qwen2ForCausalLM
-
-
-@dataclass
-class PrepareReport:
-    """What getting ready cost: capture or compile time, and memory it keeps."""
-
-    seconds: float = 0.0
-    memory_bytes: int = 0
-    notes: list[str] = field(default_factory=list)
-    # per captured batch bucket, in capture order: {"pool_bytes": ..., "device_bytes": ...}
-    # (device_bytes, the drop in the device's free memory, only for CUDA graphs)
-    buckets: dict[int, dict[str, int]] = field(default_factory=dict)
-    lint_seconds: float | None = None  # the graph backend's lint of the step, before capture
-    # per captured batch bucket, the seconds its capture took (warmup included)
-    capture_seconds: dict[int, float] = field(default_factory=dict)
-
-
-class Backend(ABC):
-    name: str
-    # On the CPU a step's ops are counted under a dispatch mode, which compiled code refuses.
-    countable_on_cpu = True
-
-    def __init__(self, model: Qwen2ForCausalLM):
-        self.model = model
-
-    def cache_rows(self, batch: int) -> int:
-        """KV-cache rows this backend needs to decode `batch` sequences (padding included)."""
-        return batch
-
-    def prepare(self, max_batch: int) -> PrepareReport:
-        """Capture or compile for batches up to `max_batch`; called once, before prefill."""
-        return PrepareReport()
-
-    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
-        """prompt [B, T] -> logits [B, T, V], eagerly, filling the cache slots 0..T-1."""
-        return self.model.prefill(prompt)
-
-    @abstractmethod
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """tokens [B, 1], positions [B] -> logits [B, V], writing the KV cache in place."""
+`base` says what a backend is; `choices` holds what a user picks of them (the modes, the graph
+buckets) without importing torch, so the command line checks them and prints its help at once.
+"""

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from graphrt.backends import Backend, PrepareReport
+from graphrt.backends.base import Backend, PrepareReport
 from graphrt.errors import GraphrtError
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2ForCausalLM

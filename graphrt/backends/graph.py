@@ -9,7 +9,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from graphrt.backends import Backend, PrepareReport
+from graphrt.backends.base import Backend, PrepareReport
+from graphrt.backends.choices import default_buckets
 from graphrt.errors import GraphrtError
 from graphrt.graphs import (CudaGraph, Graph, GraphCaptureError, GraphPool, LintReport, capture, graph_kind,
                             lint_step, new_pool)
@@ -19,27 +20,6 @@ from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2ForCausalLM
 
 T = TypeVar("T")
-
-
-def parse_buckets(text: str) -> tuple[int, ...]:
-    """`--buckets 1,2,4,8` -> (1, 2, 4, 8): positive integers, strictly increasing."""
-    try:
-        buckets = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise GraphrtError(f"--buckets {text!r}: expected comma-separated integers like 1,2,4,8") from None
-    if any(b <= 0 for b in buckets):
-        raise GraphrtError(f"--buckets {text!r}: every bucket must be a positive integer")
-    if any(a >= b for a, b in zip(buckets, buckets[1:])):
-        raise GraphrtError(f"--buckets {text!r}: buckets must be strictly increasing, no duplicates")
-    return buckets
-
-
-def default_buckets(max_batch: int) -> tuple[int, ...]:
-    """1, 2, 4, 8, ... up to the first power of two that holds `max_batch` (1..32 for 32)."""
-    buckets = [1]
-    while buckets[-1] < max_batch:
-        buckets.append(buckets[-1] * 2)
-    return tuple(buckets)
 
 
 def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from graphrt.backends import Backend
+from graphrt.backends.base import Backend
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2ForCausalLM
 

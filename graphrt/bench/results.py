@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from tabulate import tabulate
 
-from graphrt.backends import PrepareReport
+from graphrt.backends.base import PrepareReport
 from graphrt.backends.peer import NAME as PEER
 from graphrt.bench.scenario import Point, Scenario
 from graphrt.errors import GraphrtError

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from graphrt.backends.factory import MODES
+from graphrt.backends.choices import MODES
 from graphrt.errors import GraphrtError
 from graphrt.model.config import DTYPES
 

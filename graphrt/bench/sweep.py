@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from graphrt.backends import Backend, peer
+from graphrt.backends import peer
+from graphrt.backends.base import Backend
 from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
 from graphrt.bench import results
@@ -39,9 +40,10 @@ from graphrt.model.sharding import rank_shapes, split
 from graphrt.parallel import launch, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.run.decode import Generation, count_launches, decode, random_prompt
+from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.rank_figures import slowest_per_step
-from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
+from graphrt.run.spec import RunSpec
 
 
 def _cuda_memory() -> dict[str, int]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from graphrt.bench import results, sweep_plot
-from graphrt.bench.scenario import load_scenario, with_overrides
-from graphrt.bench.sweep import Sweep
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
+
+if TYPE_CHECKING:
+    from graphrt.bench.sweep import Sweep
 
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 
@@ -29,6 +29,11 @@ def scenario_path(name: str) -> Path:
 
 def run(scenario: str, out: str, **overrides: int | None) -> int:
     """Run `scenario`; returns the exit status: 0, or 130 when interrupted."""
+    from graphrt.bench import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+        results, sweep_plot)
+    from graphrt.bench.scenario import load_scenario, with_overrides
+    from graphrt.bench.sweep import Sweep
+
     chosen = with_overrides(load_scenario(scenario_path(scenario)), **overrides)
     sweep = Sweep(chosen)
     json_path = results.default_path(out, chosen.name)
@@ -90,6 +95,9 @@ def bench(scenario: str | None, out: str, compare: tuple[str, str] | None,
     if compare and scenario:
         raise GraphrtError("give either a SCENARIO to run or --compare A.json B.json, not both")
     if compare:
+        from graphrt.bench import \
+            results  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+
         a, b = compare
         click.echo(results.compare(results.load_results(a), results.load_results(b), a, b))
         return

@@ -6,7 +6,7 @@ from typing import Callable
 
 import click
 
-from graphrt.backends.graph import parse_buckets
+from graphrt.backends.choices import parse_buckets
 from graphrt.model.config import PRESETS
 from graphrt.run.spec import RunSpec
 

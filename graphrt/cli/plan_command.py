@@ -8,9 +8,7 @@ from typing import Any
 
 import click
 
-from graphrt.backends.graph import parse_buckets
-from graphrt.bench import plan_check, plan_plot, plan_report
-from graphrt.bench.plan import make_plan
+from graphrt.backends.choices import parse_buckets
 from graphrt.bench.traffic import describe, read_traffic
 from graphrt.io import check_writable, write_json
 from graphrt.model.config import PRESETS
@@ -35,6 +33,9 @@ class _Progress:
 
 
 def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
+    from graphrt.bench import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+        plan_check, plan_report)
+
     measured = sum(f["measured"] for f in doc["per_size"])
     click.echo(f"{doc['model']} · {doc['machine']['device_name']} ({doc['device']}) · {doc['dtype']} · "
                f"traffic: {traffic_line}")
@@ -103,6 +104,10 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
         if path:
             check_writable(path)
     traffic_line = describe(read_traffic(options["traffic"]))  # a bad file fails before any loading
+    from graphrt.bench import plan_plot
+    from graphrt.bench.plan import \
+        make_plan  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+
     progress = _Progress()
     try:
         doc = make_plan(options, say=progress)

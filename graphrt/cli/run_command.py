@@ -5,13 +5,10 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from graphrt.backends.factory import GROUPS, MODES
+from graphrt.backends.choices import GROUPS, MODES
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
-from graphrt.measure.nvtx import check_recording
-from graphrt.parallel import launch, ranks
-from graphrt.run import execute, report, text
 from graphrt.run.spec import RunSpec
 
 MODE_CHOICES = (*MODES, *GROUPS)
@@ -34,12 +31,19 @@ MODE_CHOICES = (*MODES, *GROUPS)
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
+    from graphrt.parallel import \
+        launch  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+
     if launch.relaunched(options):
         return
     _run(json_path, prompts, options)
 
 
 def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:
+    from graphrt.measure.nvtx import check_recording
+    from graphrt.parallel import ranks
+    from graphrt.run import execute, report, text
+
     leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
     echo = click.echo if leader else (lambda *args, **kwargs: None)
     if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:

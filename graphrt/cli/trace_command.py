@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from tabulate import tabulate
 
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
-from graphrt.parallel import launch, ranks
 from graphrt.run.spec import RunSpec
-from graphrt.trace import load_trace
-from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
-from graphrt.trace.present.tables import format_comparison
-from graphrt.trace.record.make_traces import DEFAULT_TIMEOUT_S, PROFILERS, MadeTraces, make_traces
-from graphrt.trace.record.per_rank import make_rank_traces
+from graphrt.trace.record.nsys_profile import DEFAULT_TIMEOUT_S, PROFILERS
+
+if TYPE_CHECKING:
+    from graphrt.trace.record.make_traces import MadeTraces
 
 TRACE_MODES = ("eager", "graph", "both")
 OVERHEAD_STEPS = 120  # --overhead without a value
@@ -55,6 +54,13 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
     side by side. With --tp N, each rank records its own steps (torch.profiler) into rank<r>/
     of one directory."""
+    from graphrt.parallel import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+        launch, ranks)
+    from graphrt.trace import load_trace
+    from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
+    from graphrt.trace.present.tables import format_comparison
+    from graphrt.trace.record.make_traces import make_traces
+
     spec = RunSpec(**options)
     if ranks.launched():
         raise GraphrtError("graphrt trace starts its own ranks (--tp N), one launch per mode: run it "
@@ -81,6 +87,8 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
 
 def _trace_ranks(spec: RunSpec, profiler: str, out: Path, overhead: int) -> None:
     """`graphrt trace --tp N`: each rank's traces in rank<r>/ of one directory."""
+    from graphrt.trace.record.per_rank import make_rank_traces
+
     if profiler == "nsys" or overhead:
         raise GraphrtError("--tp traces each rank with torch.profiler: give --profiler torch "
                            "(or auto), and no --overhead")

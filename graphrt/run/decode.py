@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt.backends import Backend, PrepareReport
+from graphrt.backends.base import Backend, PrepareReport
 from graphrt.measure.launches import CountedStep, StepLaunches, count_steps
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.measure.stats import Stats

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import torch
 
-from graphrt.backends import Backend
+from graphrt.backends.base import Backend
 from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
 from graphrt.graphs import TapeGraph

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from graphrt.backends import Backend
-from graphrt.backends.factory import expand_modes, make_backend
+from graphrt.backends.base import Backend
+from graphrt.backends.choices import expand_modes
+from graphrt.backends.factory import make_backend
 from graphrt.errors import GraphrtError
 from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.localize import Localization
@@ -21,9 +22,10 @@ from graphrt.parallel import ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.run import rank_figures
 from graphrt.run.decode import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
+from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.diagnose import locate_differences
 from graphrt.run.machine import machine
-from graphrt.run.spec import RunSpec, resolve_device, resolve_dtype
+from graphrt.run.spec import RunSpec
 
 
 @dataclass

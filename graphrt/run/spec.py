@@ -1,13 +1,12 @@
-"""What a run is asked to do (`RunSpec`, checked as it is made) and the device and dtype it
-resolves to."""
+"""What a run is asked to do: `RunSpec`, checked as it is made.
+
+Torch-free, so that the command line builds its options from it without importing torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from graphrt.backends.factory import expand_modes
+from graphrt.backends.choices import expand_modes
 from graphrt.errors import GraphrtError
 from graphrt.model.config import DTYPES
 
@@ -65,18 +64,3 @@ class RunSpec:
     @property
     def seq_len(self) -> int:
         return self.max_seq_len or self.prompt_len + self.steps
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GraphrtError("--device cuda: CUDA is not available here (this torch build "
-                           f"{torch.__version__} sees no GPU); use --device cpu or auto")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)

@@ -11,8 +11,9 @@ import torch
 from conftest import FAMILY_CONFIGS, small_decodes
 from hypothesis import HealthCheck, given, settings
 
+from graphrt.backends.choices import default_buckets, parse_buckets
 from graphrt.backends.eager import EagerBackend
-from graphrt.backends.graph import GraphBackend, default_buckets, parse_buckets
+from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import Pieces, PiecewiseBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import GraphCaptureError

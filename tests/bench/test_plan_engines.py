@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from graphrt.backends.graph import parse_buckets
+from graphrt.backends.choices import parse_buckets
 from graphrt.bench import engines
 
 

@@ -28,8 +28,8 @@ from graphrt.run import execute
 from graphrt.run.spec import RunSpec
 from graphrt.trace import Range, Trace, load_trace
 from graphrt.trace.analysis.steps import analyze
-from graphrt.trace.record.make_traces import choose_profiler, publish
-from graphrt.trace.record.nsys_profile import run_bounded
+from graphrt.trace.record.make_traces import publish
+from graphrt.trace.record.nsys_profile import choose_profiler, run_bounded
 
 # tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
 TINY = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")

@@ -38,32 +38,20 @@ from typing import Any
 import torch
 
 import graphrt
-from graphrt.backends.factory import expand_modes
+from graphrt.backends.choices import expand_modes
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.model.config import resolve
+from graphrt.model.config import ModelConfig, resolve
 from graphrt.run import execute
+from graphrt.run.device import resolve_device
 from graphrt.run.machine import machine
-from graphrt.run.spec import RunSpec, resolve_device
+from graphrt.run.spec import RunSpec
 from graphrt.trace.record import nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS, NvtxOverhead, measure_nvtx_overhead
 from graphrt.trace.record.record_modes import RecordedMode
 
-PROFILERS = ("auto", "nsys", "torch")
 Say = Callable[[str], None]
 Recorded = tuple[list[RecordedMode], dict[str, dict[str, str]], dict[str, Any]]  # + files, profiler facts
-DEFAULT_TIMEOUT_S = 900.0
-
-
-def choose_profiler(name: str) -> str:
-    """"nsys" or "torch"; auto picks nsys when it is on PATH. GraphrtError for nsys without nsys."""
-    if name not in PROFILERS:
-        raise GraphrtError(f"--profiler must be one of {', '.join(PROFILERS)}, got {name!r}")
-    if name == "auto":
-        return "nsys" if shutil.which("nsys") else "torch"
-    if name == "nsys":
-        nsys_profile.find_nsys()
-    return name
 
 
 @dataclass
@@ -264,7 +252,7 @@ def _terminate_as_exit() -> Iterator[None]:
 
 
 def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"),
-                overhead_steps: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S,
+                overhead_steps: int = 0, timeout_s: float = nsys_profile.DEFAULT_TIMEOUT_S,
                 say: Say = lambda line: None) -> MadeTraces:
     """Record every mode of `spec` with `profiler` into a new directory under `out`.
 
@@ -275,7 +263,7 @@ def make_traces(spec: RunSpec, profiler: str = "auto", out: Path = Path("traces"
     """
     if 0 < overhead_steps < MIN_OVERHEAD_STEPS:
         raise GraphrtError(f"--overhead must be at least {MIN_OVERHEAD_STEPS} steps, got {overhead_steps}")
-    chosen = choose_profiler(profiler)
+    chosen = nsys_profile.choose_profiler(profiler)
     config, _ = resolve(spec.model)
     device = resolve_device(spec.device)
     started = time.localtime()

@@ -31,6 +31,9 @@ INSTALL_HINT = ("install it with scripts/install-nsys.sh PREFIX (Debian's packag
 # machine without CUDA, the capture range nsys waits for: `-p RANGE@DOMAIN`.
 CAPTURE_RANGE = "record@graphrt"
 
+PROFILERS = ("auto", "nsys", "torch")  # what `graphrt trace --profiler` takes
+DEFAULT_TIMEOUT_S = 900.0  # seconds each nsys run may take
+
 
 def find_nsys() -> str:
     """The path of `nsys` on PATH; GraphrtError saying how to get it when there is none."""
@@ -38,6 +41,17 @@ def find_nsys() -> str:
     if nsys is None:
         raise GraphrtError(f"--profiler nsys: no nsys (Nsight Systems CLI) on PATH; {INSTALL_HINT}")
     return nsys
+
+
+def choose_profiler(name: str) -> str:
+    """"nsys" or "torch"; auto picks nsys when it is on PATH. GraphrtError for nsys without nsys."""
+    if name not in PROFILERS:
+        raise GraphrtError(f"--profiler must be one of {', '.join(PROFILERS)}, got {name!r}")
+    if name == "auto":
+        return "nsys" if shutil.which("nsys") else "torch"
+    if name == "nsys":
+        find_nsys()
+    return name
 
 
 def nsys_version(nsys: str) -> str:
@@ -172,3 +186,4 @@ def _kill_tree(root: int) -> None:
 def _kill_agents(nsys_pid: int) -> None:
     """After a run: an agent of ours that outlived `nsys profile` would spin for ever."""
     _kill(_agents(nsys_pid))
+

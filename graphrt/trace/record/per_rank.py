@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from graphrt.backends.factory import expand_modes
+
+from graphrt.backends.choices import expand_modes
 from graphrt.model.config import resolve
 from graphrt.parallel.launch import launch
 from graphrt.parallel.ranks import leave

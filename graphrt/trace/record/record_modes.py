@@ -24,8 +24,9 @@ from pathlib import Path
 
 import torch
 
-from graphrt.backends import Backend
-from graphrt.backends.factory import expand_modes, make_backend
+from graphrt.backends.base import Backend
+from graphrt.backends.choices import expand_modes
+from graphrt.backends.factory import make_backend
 from graphrt.backends.graph import GraphBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import CudaGraph, TapeGraph
