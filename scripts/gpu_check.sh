@@ -16,7 +16,8 @@
 #   gpu-check.log      everything printed
 #   gpu-summary.json   every figure of every step, read back from the steps' own files
 #   raw.tar.gz         those files: runs, sweep, probe, localizer, tensor-parallel run, analysis
-#   steps.png          the trace's eager step above its replay; sweep.png the batch sweep
+#   steps.png          the trace's eager step above its replay; sweep.png the batch sweep;
+#   plan.png           the plan's frontier
 #   traces.tar.gz      the raw torch.profiler traces, only when they fit
 #
 #   scripts/gpu_check.sh              on the device machine (python3 with a CUDA torch)
@@ -44,23 +45,26 @@ MAX_FILE=$((16 << 20))
 # (~1 s, the traces' a few) runs outside them. The rehearsal checks the sum before it runs anything.
 declare -A limit
 PLAN=(info run-b1 run-qwen3-b1 compile-b1 cuda-tests probe trace-eager trace-graph analyze
-      localize tp1 sweep)
+      localize tp1 plan sweep)
 limit[info]=10          # import torch, CUDA init, device facts: ~5 s cold
 limit[run-b1]=35        # qwen2-0.5b bf16: random weights on the GPU (~3 s), 64 eager steps,
                         # 25 piecewise graphs + 1 full graph captured, lint, HF's step counted:
                         # the first GPU figures, eager against graph (~20 s)
-limit[run-qwen3-b1]=25  # qwen3-0.6b eager and graph: the lean step on the second family (~15 s)
-limit[compile-b1]=60    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
+limit[run-qwen3-b1]=20  # qwen3-0.6b eager and graph: the lean step on the second family (~15 s)
+limit[compile-b1]=55    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
 limit[cuda-tests]=55    # pytest -m cuda: collection imports transformers (~8 s), ~30 small tests,
                         # one torchrun NCCL rank (~15 s), one CUDA trace (~40 s in all)
 limit[probe]=15         # 4 rounds of 60 eager/graph steps, 2 profiled sessions of 10 replays (~8 s)
 limit[trace-eager]=20   # its own process: load, 4 + 12 profiled steps, 40+40 NVTX on/off (~12 s)
 limit[trace-graph]=15   # its own process, so its replays are profiled in a first session (~10 s)
 limit[analyze]=10       # both traces read once: ~40 k events (~5 s)
-limit[localize]=15      # one probed capture, 3 replays against eager, twice (~8 s)
-limit[tp1]=25           # torch.distributed.run, one NCCL rank: capture and teardown with the
+limit[localize]=12      # one probed capture, 3 replays against eager, twice (~8 s)
+limit[tp1]=22           # torch.distributed.run, one NCCL rank: capture and teardown with the
                         # communicator live (one rank's all-reduce launches no NCCL kernel)
-limit[sweep]=20         # eager vs graph at batch 1..64; a cut sweep keeps its points (~15 s)
+limit[plan]=20          # qwen2-0.5b for scenarios/plan-traffic.json: 6 sizes measured (each captured
+                        # in one pool and alone, eager and replayed steps in 2 rounds), the optimum,
+                        # the chosen list captured and 200 sampled steps with the sizes re-timed (~15 s)
+limit[sweep]=18         # eager vs graph at batch 1..64; a cut sweep keeps its points (~15 s)
 
 planned=0
 for name in "${PLAN[@]}"; do planned=$((planned + limit[$name])); done
@@ -198,6 +202,11 @@ step tp1 "$have_graphrt" "$py" -m torch.distributed.run --nproc-per-node 1 --rdz
   --rdzv-endpoint 127.0.0.1:0 --local-addr 127.0.0.1 -m graphrt run \
   --model "$model" "${common[@]}" --batch 1 --tp 1 --mode eager,graph --json "$raw/tp1.json"
 echo "== tp: more than one rank needs one GPU per rank; this machine has one"
+plan_plot=()
+[ "$have_plot" = 1 ] && plan_plot=(--plot "$results/plan.png")
+step plan "$have_graphrt" "${graphrt[@]}" plan --model "$model" --device "$device" --dtype "$dtype" \
+  --traffic scenarios/plan-traffic.json --max-graphs 4 --grid 1,2,4,8,12,16 --steps 16 --warmup 4 \
+  --prompt-len "$prompt" --verify-steps 200 --json "$raw/plan.json" "${plan_plot[@]}"
 # shellcheck disable=SC2086
 step sweep "$have_graphrt" "${graphrt[@]}" bench scenarios/gpu_check.toml --out "$work/sweep" $sweep_args
 }

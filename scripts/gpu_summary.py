@@ -4,7 +4,7 @@ usage: python scripts/gpu_summary.py RESULTS WORK
 
 WORK holds outcomes.txt (each step's planned limit and outcome) and raw/, the files the steps
 wrote: run-b1.json, run-qwen3-b1.json, compile-b1.json, tp1.json, sweep.json, cuda-tests.xml,
-probe.json, localize.json, analysis.json, trace-*.json (each may be missing: its step failed or
+probe.json, localize.json, analysis.json, plan.json, trace-*.json (each may be missing: its step failed or
 was skipped). Prints the tables, writes RESULTS/gpu-summary.json; exit 1 if a file a step wrote
 is unreadable.
 """
@@ -121,6 +121,15 @@ def _trace_facts(raw: Path) -> dict[str, Any] | None:
             "replay_attribution": attributed, "graph_notes": modes.get("graph", {}).get("notes", [])}
 
 
+def _plan_facts(plan: dict) -> dict[str, Any]:
+    """The chosen capture list against the baselines, and how its check went."""
+    rows = [{"name": r["name"], "sizes": r["sizes"], "expected_ms": r["expected_ms"],
+             "padding_share": r["padding_share"], "eager_share": r["eager_share"], "graph_MiB": r["graph_bytes"] / 2**20}
+            for r in (plan["chosen"], *plan["baselines"])]
+    return {"model": plan["model"], "dtype": plan["dtype"], "measured_sizes": sum(f["measured"] for f in plan["per_size"]),
+            "rows": rows, "check": plan["check"]}
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -141,7 +150,7 @@ def main(argv: list[str]) -> int:
         runs = [r for r in (_load(raw / f"{name}.json") for name in ("run-b1", "run-qwen3-b1", "tp1")) if r]
         sweep, compiled = _load(raw / "sweep.json"), _load(raw / "compile-b1.json")
         probe, localized = _load(raw / "probe.json"), _load(raw / "localize.json")
-        trace = _trace_facts(raw)
+        trace, plan = _trace_facts(raw), _load(raw / "plan.json")
         summary = {
             "machine": runs[0]["machine"] if runs else None,
             "steps": _outcomes(work),
@@ -152,6 +161,7 @@ def main(argv: list[str]) -> int:
             "trace": trace,
             "probe": probe,
             "localize": localized,
+            "plan": _plan_facts(plan) if plan else None,
         }
     except (json.JSONDecodeError, ET.ParseError, KeyError, ValueError) as e:
         print(f"gpu_summary: a result file is unreadable ({e!r})")
@@ -207,6 +217,15 @@ def main(argv: list[str]) -> int:
         print(f"localizer, planted bug in {localized['planted']['module']}: "
               f"{'named it' if localized['named_the_planted_module'] else 'DID NOT name it'}; clean step: "
               f"{'no difference' if localized['clean_found_nothing'] else 'A FALSE REPORT'}")
+    if summary["plan"]:
+        p = summary["plan"]
+        print(f"plan, {p['model']} {p['dtype']}, {p['measured_sizes']} sizes measured:")
+        print(tabulate([[_fmt(v) for v in r.values()] for r in p["rows"]], headers=list(p["rows"][0])))
+        if check := p["check"]:
+            print(f"plan check, {check['steps']} steps: measured {check['measured']['ms']:.3f} ms, sizes re-timed "
+                  f"{check['retimed']['ms']:.3f} ms ({'agree' if check['agrees'] else 'DISAGREE'}), plan's figures "
+                  f"{check['predicted']['ms']:.3f} ms ({'hold' if check['figures_hold'] else 'DO NOT HOLD'}); "
+                  f"graph memory {check['measured_bytes'] / 2**20:.2f} MiB, predicted {check['predicted_bytes'] / 2**20:.2f}")
     print(f"wrote {results / 'gpu-summary.json'}")
     return 0
 

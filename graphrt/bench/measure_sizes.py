@@ -3,8 +3,9 @@
 The sizes of a grid are measured on one model and one KV cache: every size's graph is captured
 largest first into one pool (`GraphBackend.prepare`, as a server captures its list), which gives
 each graph's increment to a pool larger graphs filled and its capture time; then each size
-decodes eagerly and through its graph, timed as `graphrt run` times a mode (`engine.decode`:
-median, p10, p90 of the steps after warmup). On CUDA each size but the largest is also captured
+decodes eagerly and through its graph, timed as `graphrt run` times a mode (`run.decode`: the
+steps after warmup), in two rounds, eager first then replayed first, so that a machine that
+slows down in between weighs on both modes alike (as `graphrt bench` interleaves its modes). On CUDA each size but the largest is also captured
 alone into a fresh pool, for what it costs as the first (largest) graph of a plan; a tape keeps
 its own tensors whatever the pool, so there the two are one figure (graphrt.bench.optimize
 states the model). Sizes between grid points are interpolated linearly and say so.
@@ -18,10 +19,12 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
+from graphrt.backends.base import Backend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import graph_kind
+from graphrt.measure.stats import Stats
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.run.decode import decode, random_prompt
 
@@ -80,6 +83,18 @@ def _alone(model: Qwen2ForCausalLM, sizes: tuple[int, ...]) -> dict[int, tuple[i
     return found
 
 
+def _interleaved(eager: Backend, graphs: Backend, prompt: torch.Tensor, steps: int,
+                 warmup: int) -> tuple[Stats, Stats]:
+    """Each mode's step times over two rounds (eager, replayed; replayed, eager), `steps` - `warmup`
+    timed steps in all, each round after its own `warmup` steps."""
+    per_round = max(1, (steps - warmup + 1) // 2)
+    samples: dict[Backend, list[float]] = {eager: [], graphs: []}
+    for order in ((eager, graphs), (graphs, eager)):
+        for backend in order:
+            samples[backend] += decode(backend, prompt, warmup + per_round, warmup, keep_logits=False).step_ms
+    return Stats.of(samples[eager]), Stats.of(samples[graphs])
+
+
 def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup: int,
             prompt_len: int, seed: int = 0,
             on_measure: Callable[[int, int, str], None] | None = None) -> dict[int, SizeFigures]:
@@ -98,8 +113,7 @@ def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup:
     figures = {}
     for done, bs in enumerate(sizes, 1):
         say(done, total, f"batch {bs}")
-        e = decode(eager, prompt[:bs], steps, warmup, keep_logits=False).stats
-        g = decode(graphs, prompt[:bs], steps, warmup, keep_logits=False).stats
+        e, g = _interleaved(eager, graphs, prompt[:bs], steps, warmup)
         shared = (prepared.buckets[bs]["pool_bytes"], prepared.capture_seconds[bs])
         first = alone.get(bs, shared)
         figures[bs] = SizeFigures(bs, e.median, e.p10, e.p90, g.median, g.p10, g.p90,

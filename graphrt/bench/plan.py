@@ -22,7 +22,8 @@ from graphrt.measure import hardware
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec
 
-FORMAT = "graphrt-plan/1"
+FORMAT = "graphrt-plan/2"  # 2: the check's means, each with its band (measured, retimed, predicted)
+MEASUREMENTS_FROM = ("graphrt-plan/1", FORMAT)  # their per_size is the same
 
 
 def _lists(traffic: Traffic, max_batch: int, checks: tuple[tuple[int, ...], ...]
@@ -45,7 +46,7 @@ def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[d
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise GraphrtError(f"--measurements {path}: cannot read a plan's JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in MEASUREMENTS_FROM:
         raise GraphrtError(f"--measurements {path}: not a `graphrt plan --json` result ({FORMAT})")
     theirs = (doc.get("model"), doc.get("device"), doc.get("dtype"))
     if theirs != (model, device, dtype):

@@ -49,8 +49,7 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     for line in plan_report.export_lines(doc["export"]):
         click.echo(f"  {line}")
     if doc["check"]:
-        click.echo(plan_check.Check(**{k: tuple(v) if isinstance(v, list) else v
-                                       for k, v in doc["check"].items() if k != "agrees"}).describe())
+        click.echo(plan_check.Check.from_dict(doc["check"]).describe())
     if doc["graphs"] == "tape":
         click.echo("note: TapeGraphs here: the figures are the CPU's, with CUDA-graph semantics "
                    "and no launch overhead to remove; plan on the GPU that serves")

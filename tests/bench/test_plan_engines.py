@@ -22,11 +22,12 @@ def test_vllm_000fc94b_default_is_1_2_4_then_steps_of_8_below_256_then_16_up_to_
     assert engines.vllm_sizes(1024, blackwell=True)[-1] == 1024
 
 
-def test_sglang_0_5_default_is_1_2_4_8_12_then_steps_of_8_to_256_16_to_512_32_beyond_cut_at_max_bs():
+def test_sglang_0_5_23_default_is_1_2_4_8_12_then_steps_of_8_to_256_16_to_512_32_beyond_cut_at_max_bs_and_max_bs():
     assert engines.sglang_sizes(8) == (1, 2, 4, 8)
     assert engines.sglang_sizes(12) == (1, 2, 4, 8, 12)
-    assert engines.sglang_sizes(30) == (1, 2, 4, 8, 12, 16, 24)
-    assert engines.sglang_sizes(600) == (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), 512, 544, 576)
+    assert engines.sglang_sizes(10) == (1, 2, 4, 8, 10)  # the max appended
+    assert engines.sglang_sizes(30) == (1, 2, 4, 8, 12, 16, 24, 30)
+    assert engines.sglang_sizes(600) == (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), 512, 544, 576, 600)
 
 
 def test_tensorrt_llm_1_0_default_is_1_to_31_32_64_128_then_powers_of_two_and_the_max_itself():
@@ -35,12 +36,6 @@ def test_tensorrt_llm_1_0_default_is_1_to_31_32_64_128_then_powers_of_two_and_th
     assert engines.trtllm_sizes(40) == (*range(1, 32), 32, 40)  # the max appended
     assert engines.trtllm_sizes(600) == (*range(1, 32), 32, 64, 128, 256, 512, 600)
     assert engines.trtllm_sizes(128, enable_padding=True) == (1, 2, 4, *range(8, 129, 8))
-
-
-def test_powers_of_two_stop_at_the_first_that_holds_the_largest_batch():
-    assert engines.powers_of_two(1) == (1,)
-    assert engines.powers_of_two(8) == (1, 2, 4, 8)
-    assert engines.powers_of_two(9) == (1, 2, 4, 8, 16)
 
 
 SIZES = (1, 3, 8, 24)
@@ -53,11 +48,12 @@ def test_the_vllm_export_is_the_json_its_compilation_config_option_takes():
     assert json.loads(value) == {"cudagraph_capture_sizes": list(SIZES)} == export["compilation_config"]
 
 
-def test_the_sglang_export_parses_as_its_cuda_graph_bs_list():
+def test_the_sglang_0_5_23_export_parses_as_its_decode_batch_size_list():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cuda-graph-bs", type=int, nargs="+")  # as ServerArgs declares it
+    parser.add_argument("--cuda-graph-bs-decode", type=int, nargs="+")  # as 0.5.23 declares a List[int]
     export = engines.exports(SIZES)["sglang"]
-    assert parser.parse_args(shlex.split(export["cli"])).cuda_graph_bs == list(SIZES) == export["cuda_graph_bs"]
+    parsed = parser.parse_args(shlex.split(export["cli"])).cuda_graph_bs_decode
+    assert parsed == list(SIZES) == export["cuda_graph_bs_decode"]
 
 
 def test_the_tensorrt_llm_export_is_yaml_with_padding_on_and_the_chosen_batch_sizes():

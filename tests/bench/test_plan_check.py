@@ -1,0 +1,70 @@
+"""What the plan's check says: the cost model it predicts with is the optimizer's, its verdict
+compares the sample with its sizes re-timed beside it, and it names a machine that has moved
+since the measuring."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from graphrt.bench.measure_sizes import SizeFigures
+from graphrt.bench.optimize import evaluate
+from graphrt.bench.plan_check import Check, Mean, predict
+from graphrt.bench.plan_report import problem_for
+
+
+def _figures(top: int) -> list[SizeFigures]:
+    """Eager steps growing with the batch, replays flat and cheaper, each with its own spread."""
+    return [SizeFigures(b, eager_ms=1.0 + 0.3 * b, eager_p10=0.9 + 0.3 * b, eager_p90=1.2 + 0.3 * b,
+                        graph_ms=0.4 + 0.05 * b, graph_p10=0.35 + 0.05 * b, graph_p90=0.5 + 0.05 * b,
+                        graph_bytes=1000 * b, capture_s=0.01, first_graph_bytes=1000 * b, first_capture_s=0.01,
+                        measured=True) for b in range(1, top + 1)]
+
+
+@pytest.mark.parametrize("plan", [(2, 5), (1, 3, 8), (8,), ()])
+def test_the_prediction_of_a_sample_is_the_optimizers_mean_step_over_it_as_traffic(plan):
+    figures = _figures(8)
+    batches = [1, 1, 2, 3, 3, 3, 5, 7, 8, 8, 4, 6]
+    predicted = predict(figures, plan, batches)
+    optimizer = evaluate(problem_for(figures, Counter(batches)), plan)
+    assert predicted.ms == pytest.approx(optimizer.mean_ms, abs=1e-6)  # the optimizer counts whole ns
+    assert predicted.band[0] < predicted.ms < predicted.band[1]
+
+
+def test_a_batch_above_the_plan_is_predicted_at_its_own_eager_step_and_one_below_at_its_covers_replay():
+    figures = _figures(8)
+    assert predict(figures, (4,), [6]).ms == pytest.approx(1.0 + 0.3 * 6)
+    assert predict(figures, (4,), [2]).ms == pytest.approx(0.4 + 0.05 * 4)
+
+
+def _check(measured: Mean, retimed: Mean, predicted: Mean) -> Check:
+    return Check(200, measured, retimed, predicted, measured_bytes=1 << 20, predicted_bytes=1 << 20)
+
+
+def test_the_verdict_sets_the_sample_against_its_sizes_re_timed_beside_it_not_against_stale_figures():
+    slow_now = _check(measured=Mean(2.0, (1.8, 2.3)), retimed=Mean(2.1, (1.9, 2.4)), predicted=Mean(1.0, (0.9, 1.1)))
+    assert slow_now.agrees and not slow_now.figures_hold
+    said = slow_now.describe()
+    assert "agree within the timing's spread" in said
+    assert "the machine ran 110% slower than while measuring" in said
+    assert "measured mean step          2.000 ms (p10..p90 1.800..2.300)" in said
+
+
+def test_a_sample_costing_more_than_its_sizes_alone_disagrees_even_where_the_figures_hold():
+    mixed_costs_more = _check(measured=Mean(3.0, (2.8, 3.3)), retimed=Mean(1.0, (0.9, 1.1)),
+                              predicted=Mean(1.02, (0.92, 1.12)))
+    assert not mixed_costs_more.agrees and mixed_costs_more.figures_hold
+    said = mixed_costs_more.describe()
+    assert "disagree beyond the timing's spread" in said and "they hold" in said
+
+
+def test_a_faster_machine_is_named_faster():
+    fast_now = _check(measured=Mean(0.5, (0.45, 0.55)), retimed=Mean(0.5, (0.45, 0.55)), predicted=Mean(1.0, (0.9, 1.1)))
+    assert "the machine ran 50% faster than while measuring" in fast_now.describe()
+
+
+def test_the_json_of_a_check_reads_back_as_the_same_check():
+    check = _check(measured=Mean(2.0, (1.8, 2.3)), retimed=Mean(2.1, (1.9, 2.4)), predicted=Mean(1.0, (0.9, 1.1)))
+    assert Check.from_dict(check.as_dict()) == check
+    assert check.as_dict()["agrees"] is True and check.as_dict()["figures_hold"] is False
