@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from graphrt.measure.range_names import KIND_COLORS
+from graphrt.trace.analysis.timeline import StepTimeline, Work
+from graphrt.trace.present.step_picture import plot_steps
 
 mpimg = pytest.importorskip("matplotlib.image")
 
@@ -64,3 +66,16 @@ def test_a_tape_replay_alone_is_coloured_from_its_capture_records(cli, tmp_path,
     rgb = _pixels(out)
     for kind in ("attention", "mlp"):
         assert _pixels_of(rgb[: int(rgb.shape[0] * 0.88)], KIND_COLORS[kind]) > 40, kind
+
+
+def test_short_ops_keep_their_colour_in_a_step_a_stall_stretched(tmp_path):
+    # a preempted host stretches the eager step to 50 ms; its 2 µs mlp op is a hundredth of a
+    # pixel wide there, and would be blended away without the picture's minimum width
+    attn, mlp = "model.layers.0.self_attn (Qwen2Attention)", "model.layers.0.mlp (Qwen2MLP)"
+    ops = [Work("aten::mm", 0, 50_000_000, None, (attn,), None), Work("aten::mul", 50_000_000, 50_002_000, None, (mlp,), None)]
+    eager = StepTimeline("decode_step[eager]", "decode_step[eager]", 0, 50_002_000, "op", ops, [])
+    out = tmp_path / "stall.png"
+    plot_steps([[eager]], ["stalled"], out)
+    rgb = _pixels(out)
+    rgb = rgb[: int(rgb.shape[0] * 0.88)]  # without the legend
+    assert _pixels_of(rgb, KIND_COLORS["mlp"]) > 20

@@ -25,6 +25,11 @@ from graphrt.trace.analysis.timeline import StepTimeline
 
 _EXTRA_COLORS = {NO_MODULE: "#c7c7c7", UNATTRIBUTED_KIND: "#000000"}
 _IDLE_COLOR = "#f4cccc"
+_WIDTH_IN, _DPI = 14, 110
+# Every op is drawn at least this many pixels wide, as a timeline viewer draws it: a step stretched
+# by a stall (a preempted host, a slow first launch) would otherwise shrink its short ops below a
+# pixel, and antialiasing would blend their colour away.
+_MIN_PX = 3
 
 
 def _rgb(argb: int) -> str:
@@ -137,7 +142,8 @@ def _draw(steps: list[StepTimeline], kinds: list[list[str]], labels: list[str],
         raise GraphrtError("--plot needs matplotlib: pip install matplotlib (or graphrt[plot])") from None
     longest = max(_span_ns(s) for s in steps)
     scale, unit = (1e6, "ms") if longest > 20e6 else (1e3, "µs")
-    fig, axes = plt.subplots(len(steps), 1, figsize=(14, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(steps), 1, figsize=(_WIDTH_IN, 1.9 * len(steps) + 1.2), sharex=True, squeeze=False)
+    min_width = _MIN_PX * longest / scale / (_WIDTH_IN * _DPI)  # in the x axis' units
     used: set[str] = set()
     for ax, step, step_kinds, label in zip(axes[:, 0], steps, kinds, labels):
         t0 = min(step.start_ns, *(w.start_ns for w in step.work))
@@ -149,7 +155,7 @@ def _draw(steps: list[StepTimeline], kinds: list[list[str]], labels: list[str],
                            facecolors=[_rgb(STEP_COLORS["replay"]) if c.kind == "graph" else "#555555"
                                        for c in step.launches])
         used.update(step_kinds)
-        ax.broken_barh([(at(w.start_ns), w.duration_ns / scale) for w in step.work], (0.1, 0.8),
+        ax.broken_barh([(at(w.start_ns), max(w.duration_ns / scale, min_width)) for w in step.work], (0.1, 0.8),
                        facecolors=[_color(k) for k in step_kinds], linewidth=0)
         gaps = [(at(w.start_ns - gap), gap / scale) for w, gap in zip(step.work, idle_before(step)) if gap]
         ax.broken_barh(gaps, (0.1, 0.8), facecolors=_IDLE_COLOR, zorder=0)  # idle, shaded in the work row
@@ -166,7 +172,7 @@ def _draw(steps: list[StepTimeline], kinds: list[list[str]], labels: list[str],
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
     try:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=_DPI)
         os.replace(tmp, path)
     finally:
         plt.close(fig)
