@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -31,9 +32,10 @@ class _Group(click.Group):
     """Turns a GraphrtError anywhere below into one line on stderr and exit status 1, and a
     usage error (a bad option value) into one line and exit status 2.
 
-    One rank of a tensor-parallel run says which rank it is, and reports any failure in one
-    line: when a rank dies the others fail in their next collective ("connection closed by
-    peer"), and the launcher, which stops them all, names the rank that failed first."""
+    One rank of a tensor-parallel run reports any failure in one line: when a rank dies the
+    others fail in their next collective ("connection closed by peer"). Under graphrt's own
+    launcher (`--tp N`) the ranks hand their lines to it, and it prints the line of the rank that
+    failed first, once; under torchrun each rank prints its own, saying which rank it is."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -58,16 +60,26 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except GraphrtError as e:
-            click.echo(f"error: {rank}{e}", err=True)
-            sys.exit(1)
+            _fail(rank, str(e))
         except click.UsageError as e:
             click.echo(f"error: {e.format_message()}", err=True)
             sys.exit(2)
         except Exception as e:  # noqa: BLE001 (a rank's failure, in one line)
             if not rank:
                 raise
-            click.echo(f"error: {rank}{type(e).__name__}: {first_line(e)}", err=True)
+            _fail(rank, f"{type(e).__name__}: {first_line(e)}")
+
+
+def _fail(rank: str, message: str) -> NoReturn:
+    """Exit 1 with `message` in one line on stderr; a rank graphrt's launcher started hands it to
+    the launcher instead, which prints the line of the rank that failed first, once."""
+    if rank:
+        from graphrt.parallel import ranks
+
+        if ranks.hand_error_to_launcher(message):
             sys.exit(1)
+    click.echo(f"error: {rank}{message}", err=True)
+    sys.exit(1)
 
 
 @click.group(cls=_Group)

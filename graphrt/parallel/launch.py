@@ -9,6 +9,7 @@ dies never leaves the others waiting in a collective.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -21,7 +22,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from graphrt.errors import GraphrtError
 from graphrt.model.config import resolve
 from graphrt.model.sharding import split
-from graphrt.parallel.ranks import launched
+from graphrt.parallel.ranks import LAUNCHED_BY_GRAPHRT, launched
 
 
 # Every rank runs on this machine: the rendezvous binds the loopback address on a port the OS
@@ -39,12 +40,24 @@ def _config(ranks: int) -> LaunchConfig:
                         max_restarts=0, monitor_interval=0.1)
 
 
+def _said(failure: ProcessFailure) -> str | None:
+    """What a failed rank wrote in its error file: a function's exception as torch records it, a
+    graphrt command's one line (ranks.hand_error_to_launcher); None for a rank that wrote none."""
+    if not os.path.isfile(failure.error_file):
+        return None
+    said = failure.error_file_data.get("message")
+    return said.get("message") if isinstance(said, dict) else said
+
+
 def _cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
     """The rank whose failure stopped the others. A rank killed by a signal (other than the SIGTERM
-    the agent stops the rest with) is the cause even where another rank's error was seen first:
-    its peers fail in their next collective, and on a busy machine they may exit before the agent
-    notices the dead one. Otherwise the first failure."""
-    killed = {r: f for r, f in failures.items() if f.exitcode < 0 and f.exitcode != -signal.SIGTERM}
+    the agent stops the rest with) before it could say why is the cause even where another rank's
+    error was seen first: its peers fail in their next collective, and on a busy machine they may
+    exit before the agent notices the dead one. (A peer that said its error and then aborted on
+    the way out, as gloo does with a broken pair, saw the failure; it did not cause it.)
+    Otherwise the first failure."""
+    killed = {r: f for r, f in failures.items()
+              if f.exitcode < 0 and f.exitcode != -signal.SIGTERM and _said(f) is None}
     found = killed or failures
     rank = min(found, key=lambda r: (found[r].timestamp, r))
     return rank, found[rank]
@@ -53,20 +66,22 @@ def _cause(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
 def launch(entrypoint: Callable[..., Any] | str, args: list[Any], ranks: int) -> dict[int, Any]:
     """Run `entrypoint(*args)` (a function, or an executable given by path) on `ranks` processes;
     the value each rank returned, by rank (None for an executable). A rank that fails stops all
-    of them and raises GraphrtError naming it; its own error line is on its stderr already."""
+    of them and raises GraphrtError with its own line, the one line said of the failure."""
     quiet = logging.getLogger("torch.distributed.elastic")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the agent's own account of a failure is a page long
+    os.environ[LAUNCHED_BY_GRAPHRT] = "1"  # the ranks inherit it
     try:
         return elastic_launch(_config(ranks), entrypoint)(*args)
     except ChildFailedError as e:
         rank, failure = _cause(e.failures)
-        # a function's error comes back in its message; an executable's is on its stderr already
-        error = failure.message.get("message") if isinstance(failure.message, dict) else None
-        raise GraphrtError(f"rank {rank} of {ranks} failed ({error or f'exit code {failure.exitcode}'}); "
-                           f"every rank was stopped") from None
+        if said := _said(failure):
+            raise GraphrtError(f"rank {rank} of {ranks}: {said} (every rank was stopped)") from None
+        raise GraphrtError(f"rank {rank} of {ranks} failed (exit code {failure.exitcode}); "
+                           "every rank was stopped") from None
     finally:
         quiet.setLevel(level)
+        os.environ.pop(LAUNCHED_BY_GRAPHRT, None)
 
 
 def launch_command(argv: list[str], ranks: int) -> None:

@@ -9,7 +9,9 @@ per rank.
 from __future__ import annotations
 
 import gc
+import json
 import os
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,6 +20,8 @@ import torch.distributed as dist
 
 from graphrt.errors import GraphrtError
 
+# Set by graphrt.parallel.launch in the ranks it starts: their launcher prints a failed rank's line.
+LAUNCHED_BY_GRAPHRT = "GRAPHRT_LAUNCHER"
 # How long a collective may wait for the other ranks before it fails instead of hanging (a rank
 # that died is normally noticed sooner, by the launcher, which then stops every rank).
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)
@@ -45,6 +49,20 @@ def launched() -> bool:
 def launched_rank() -> int:
     """This process's rank as the launcher numbered it; 0 in a single-process run."""
     return int(os.environ.get("RANK", 0))
+
+
+def hand_error_to_launcher(line: str) -> bool:
+    """For a rank graphrt's own launcher started: write the one line that says why this rank
+    fails into the error file torch's elastic agent gives each worker (TORCHELASTIC_ERROR_FILE,
+    the file a `record`ed function's exception goes to), so that the launcher prints the line of
+    the rank that failed first, once, instead of every rank printing its own. False where no
+    such launcher reads it (under torchrun the rank says it on stderr)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.environ.get(LAUNCHED_BY_GRAPHRT) != "1":
+        return False
+    with open(path, "w") as f:  # the agent reads it once this process has exited
+        json.dump({"message": line, "timestamp": int(time.time())}, f)
+    return True
 
 
 def backend_for(device_type: str) -> str:

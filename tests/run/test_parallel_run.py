@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,8 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import save_reference
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from graphrt.parallel.launch import TORCHRUN_LOCAL
+from graphrt.model.config import PRESETS
+from graphrt.parallel.launch import TORCHRUN_LOCAL, _cause
 from graphrt.run.execute import run
 from graphrt.run.spec import RunSpec
 
@@ -141,10 +145,34 @@ def test_a_rank_that_dies_stops_every_rank_with_one_line_and_no_hang():
     assert time.monotonic() - start < BOUND_S  # no hang
     assert not any(map(_alive, workers))  # every rank stopped
     assert proc.returncode == 1
-    # one line, naming the rank that died and how, whichever rank's failure the agent saw first
-    assert stderr.strip().splitlines()[-1] == (
-        f"error: rank 1 of 2 failed (exit code {-signal.SIGKILL}); every rank was stopped")
+    # one line, naming the rank that died and how, whichever rank's failure the agent saw first:
+    # rank 0's own ("connection closed by peer") goes to the launcher, not to the terminal
+    assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
+        f"error: rank 1 of 2 failed (exit code {-signal.SIGKILL}); every rank was stopped"]
     assert "Traceback" not in stderr
+
+
+def test_the_cause_is_a_rank_killed_before_it_said_anything_not_a_peer_that_said_its_error_and_aborted(tmp_path):
+    said = tmp_path / "error.json"  # what a rank hands the launcher (ranks.hand_error_to_launcher)
+    said.write_text(json.dumps({"message": "RuntimeError: Connection closed by peer", "timestamp": 0}))
+    silent = str(tmp_path / "none.json")
+    # gloo aborts a rank whose pair broke on its way out, after it said so
+    aborted_after_saying = ProcessFailure(local_rank=0, pid=1, exitcode=-signal.SIGABRT, error_file=str(said))
+    assert _cause({0: aborted_after_saying, 1: ProcessFailure(1, 2, -signal.SIGKILL, silent)})[0] == 1
+    assert _cause({0: aborted_after_saying, 1: ProcessFailure(1, 2, -signal.SIGTERM, silent)})[0] == 0
+    assert _cause({0: ProcessFailure(0, 1, 1, str(said)), 1: ProcessFailure(1, 2, -signal.SIGSEGV, silent)})[0] == 1
+
+
+def test_a_failure_every_rank_meets_is_one_line_from_the_launcher_not_one_per_rank(tmp_path):
+    # each rank loads the weights itself: a checkpoint without them fails on every rank alike
+    save_reference(PRESETS["tiny"], tmp_path)
+    for shard in tmp_path.glob("*.safetensors"):
+        shard.unlink()
+    proc = graphrt("run", "--model", str(tmp_path), "--tp", "2", "--mode", "eager", "--steps", "4")
+    _, stderr = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 1
+    said = re.escape(f"{tmp_path}: no model.safetensors or model.safetensors.index.json in this directory")
+    assert re.fullmatch(rf"error: rank [01] of 2: {said} \(every rank was stopped\)", stderr.strip()), stderr
 
 
 def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_rank_starts(cli):
