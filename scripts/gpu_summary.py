@@ -123,7 +123,7 @@ def _trace_facts(raw: Path) -> dict[str, Any] | None:
 
 def _plan_facts(plan: dict) -> dict[str, Any]:
     """The chosen capture list against the baselines, and how its check went."""
-    rows = [{"name": r["name"], "sizes": r["sizes"], "expected_ms": r["expected_ms"],
+    rows = [{"name": r["name"], "sizes": ",".join(map(str, r["sizes"])) or "-", "expected_ms": r["expected_ms"],
              "padding_share": r["padding_share"], "eager_share": r["eager_share"], "graph_MiB": r["graph_bytes"] / 2**20}
             for r in (plan["chosen"], *plan["baselines"])]
     return {"model": plan["model"], "dtype": plan["dtype"], "measured_sizes": sum(f["measured"] for f in plan["per_size"]),
