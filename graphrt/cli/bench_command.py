@@ -29,8 +29,8 @@ def scenario_path(name: str) -> Path:
 
 def run(scenario: str, out: str, **overrides: int | None) -> int:
     """Run `scenario`; returns the exit status: 0, or 130 when interrupted."""
-    from graphrt.bench import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
-        results, sweep_plot)
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
+    from graphrt.bench import results, sweep_plot
     from graphrt.bench.scenario import load_scenario, with_overrides
     from graphrt.bench.sweep import Sweep
 
@@ -95,8 +95,8 @@ def bench(scenario: str | None, out: str, compare: tuple[str, str] | None,
     if compare and scenario:
         raise GraphrtError("give either a SCENARIO to run or --compare A.json B.json, not both")
     if compare:
-        from graphrt.bench import \
-            results  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+        # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
+        from graphrt.bench import results
 
         a, b = compare
         click.echo(results.compare(results.load_results(a), results.load_results(b), a, b))

@@ -33,8 +33,8 @@ class _Progress:
 
 
 def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
-    from graphrt.bench import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
-        plan_check, plan_report)
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
+    from graphrt.bench import plan_check, plan_report
 
     measured = sum(f["measured"] for f in doc["per_size"])
     click.echo(f"{doc['model']} · {doc['machine']['device_name']} ({doc['device']}) · {doc['dtype']} · "
@@ -103,9 +103,9 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
         if path:
             check_writable(path)
     traffic_line = describe(read_traffic(options["traffic"]))  # a bad file fails before any loading
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
     from graphrt.bench import plan_plot
-    from graphrt.bench.plan import \
-        make_plan  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+    from graphrt.bench.plan import make_plan
 
     progress = _Progress()
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from click.core import ParameterSource
 
@@ -10,6 +12,9 @@ from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.run.spec import RunSpec
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 MODE_CHOICES = (*MODES, *GROUPS)
 
@@ -31,27 +36,36 @@ MODE_CHOICES = (*MODES, *GROUPS)
 def run(json_path: str | None, prompts: tuple[str, ...], **options) -> None:
     """Decode a prompt batch through each mode and print a table of step latency, throughput
     and ops per step, and whether each mode generates what eager does."""
-    from graphrt.parallel import \
-        launch  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
+    from graphrt.parallel import launch
 
+    tokenizer = _encode_prompts(prompts, options)  # a bad --prompt is refused before ranks start
     if launch.relaunched(options):
         return
-    _run(json_path, prompts, options)
+    _run(json_path, tokenizer, options)
 
 
-def _run(json_path: str | None, prompts: tuple[str, ...], options: dict) -> None:
+def _encode_prompts(prompts: tuple[str, ...], options: dict) -> Tokenizer | None:
+    """--prompt's rows as token ids, into options["prompt_ids"]; the tokenizer (None without --prompt)."""
+    if not prompts:
+        return None
+    if click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
+        raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
+                           "give one of the two")
+    from graphrt.run import text
+
+    tokenizer = text.load_tokenizer(options["model"])
+    options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
+    return tokenizer
+
+
+def _run(json_path: str | None, tokenizer: Tokenizer | None, options: dict) -> None:
     from graphrt.measure.nvtx import check_recording
     from graphrt.parallel import ranks
     from graphrt.run import execute, report, text
 
     leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
     echo = click.echo if leader else (lambda *args, **kwargs: None)
-    if prompts and click.get_current_context().get_parameter_source("prompt_len") is not ParameterSource.DEFAULT:
-        raise GraphrtError("--prompt-len and --prompt: the prompt's own tokens set its length; "
-                           "give one of the two")
-    tokenizer = text.load_tokenizer(options["model"]) if prompts else None
-    if tokenizer:
-        options["prompt_ids"] = text.encode_rows(tokenizer, prompts, options["batch"])
     spec = RunSpec(**options)
     if json_path and leader:
         check_writable(json_path)

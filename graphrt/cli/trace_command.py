@@ -54,8 +54,8 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     JSON, and summary.json. With --mode both, eager and graph are recorded as two traces and set
     side by side. With --tp N, each rank records its own steps (torch.profiler) into rank<r>/
     of one directory."""
-    from graphrt.parallel import (  # torch: imported when the command runs, not for --help (docs/design.md, "Start-up")
-        launch, ranks)
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
+    from graphrt.parallel import launch, ranks
     from graphrt.trace import load_trace
     from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
     from graphrt.trace.present.tables import format_comparison

@@ -175,6 +175,14 @@ def test_a_failure_every_rank_meets_is_one_line_from_the_launcher_not_one_per_ra
     assert re.fullmatch(rf"error: rank [01] of 2: {said} \(every rank was stopped\)", stderr.strip()), stderr
 
 
+def test_a_prompt_without_a_tokenizer_is_refused_in_one_line_before_any_rank_starts():
+    proc = graphrt("run", "--model", "tiny", "--tp", "2", "--prompt", "hello")
+    _, stderr = proc.communicate(timeout=BOUND_S)
+    assert proc.returncode == 1
+    assert stderr.strip() == ("error: --prompt needs a model directory with a tokenizer.json; preset 'tiny' "
+                              "has random weights and no tokenizer (use --prompt-len for random ids)")
+
+
 def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_rank_starts(cli):
     result = cli("run", "--model", "tiny", "--tp", "3")
     assert result.exit_code == 1
