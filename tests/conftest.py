@@ -132,8 +132,13 @@ def tiny_torch_traces(tmp_path_factory) -> Path:
     from graphrt.cli.main import main
 
     out = tmp_path_factory.mktemp("tiny-torch-traces")
-    result = CliRunner().invoke(main, ["trace", "--profiler", "torch", "--model", "tiny", "--steps", "4",
-                                       "--out", str(out)])
+    # One thread per recording process: on a loaded machine OpenMP's threads wait on preempted
+    # siblings (seen: tiny's packed gate/up matmul at 8.6 ms a call, the eager step at 49 ms, over
+    # 100x the replay's), and the replay shrank to a sliver of the step picture's shared time axis.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")
+        result = CliRunner().invoke(main, ["trace", "--profiler", "torch", "--model", "tiny", "--steps", "4",
+                                           "--out", str(out)])
     assert result.exit_code == 0, result.output
     (directory,) = out.iterdir()
     return directory

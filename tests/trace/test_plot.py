@@ -54,9 +54,7 @@ def test_a_cpu_trace_draws_eager_above_replay_coloured_by_module_kind(cli, tmp_p
     # the replay fired no module range: its ops are coloured by what the alignment gave them
     for kind in ("attention", "mlp"):
         assert _pixels_of(eager_half, KIND_COLORS[kind]) > 20, kind
-        # (a rare failure here under heavy load is not yet understood: the analysis says what
-        # the replay's ops were attributed to)
-        assert _pixels_of(replay_half, KIND_COLORS[kind]) > 20, (kind, cli("analyze", tiny_torch_traces).stdout)
+        assert _pixels_of(replay_half, KIND_COLORS[kind]) > 20, kind
 
 
 def test_a_tape_replay_alone_is_coloured_from_its_capture_records(cli, tmp_path, tiny_torch_traces):
