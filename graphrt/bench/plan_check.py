@@ -62,7 +62,7 @@ class Mean:
 
 @dataclass(frozen=True)
 class Check:
-    steps: int
+    steps: int  # sampled steps timed through the plan
     measured: Mean  # the sample, in traffic order, through the captured plan
     retimed: Mean  # the cost model on the sample's sizes re-timed alone beside it
     predicted: Mean  # the cost model on the figures the plan was made from
@@ -168,7 +168,8 @@ def check(model: Qwen2ForCausalLM, figures: list[SizeFigures], plan: tuple[int, 
                         run(batch)
                 alone_order += [batch] * ALONE_STEPS
     steps_of = {b: batches.count(b) for b in inputs}
-    return Check(steps, Mean.weighted(steps_of, _per_size(batches, in_sample.samples_ms())),
+    sample_ms = in_sample.samples_ms()
+    return Check(len(sample_ms), Mean.weighted(steps_of, _per_size(batches, sample_ms)),
                  Mean.weighted(steps_of, _per_size(alone_order, alone.samples_ms())),
                  predict(figures, plan, batches), captured.memory_bytes, predicted_bytes)
 

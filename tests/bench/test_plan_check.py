@@ -4,14 +4,21 @@ since the measuring."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
+import torch
 
+from graphrt.backends.graph import GraphBackend
 from graphrt.bench.measure_sizes import SizeFigures
 from graphrt.bench.optimize import evaluate
-from graphrt.bench.plan_check import Check, Mean, predict
+from graphrt.bench.plan_check import Check, Mean, check, predict, sample
 from graphrt.bench.plan_report import problem_for
+from graphrt.model.config import PRESETS
+from graphrt.model.weights import build_model
+
+SLOW_MS = 50  # Python time in each step: eager pays it, a replay does not (a tape replays aten ops only)
 
 
 def _figures(top: int) -> list[SizeFigures]:
@@ -68,3 +75,67 @@ def test_the_json_of_a_check_reads_back_as_the_same_check():
     check = _check(measured=Mean(2.0, (1.8, 2.3)), retimed=Mean(2.1, (1.9, 2.4)), predicted=Mean(1.0, (0.9, 1.1)))
     assert Check.from_dict(check.as_dict()) == check
     assert check.as_dict()["agrees"] is True and check.as_dict()["figures_hold"] is False
+
+
+def test_bands_that_touch_overlap():
+    assert Mean(1.0, (0.9, 1.0)).overlaps(Mean(1.1, (1.0, 1.2)))
+    assert Mean(1.1, (1.0, 1.2)).overlaps(Mean(1.0, (0.9, 1.0)))
+    assert not Mean(1.0, (0.9, 0.99)).overlaps(Mean(1.1, (1.0, 1.2)))
+
+
+def test_the_check_says_each_of_its_figures_in_a_line_of_its_own():
+    slower = _check(measured=Mean(1.6, (1.5, 1.7)), retimed=Mean(1.5, (1.4, 1.6)), predicted=Mean(1.0, (0.9, 1.1)))
+    slower = Check(200, slower.measured, slower.retimed, slower.predicted, measured_bytes=3 << 20,
+                   predicted_bytes=3 << 19)
+    assert slower.describe().splitlines() == [
+        "check: 200 steps drawn from the traffic through the captured plan, in 3 rounds, each followed by "
+        "the sample's sizes re-timed alone:",
+        "  measured mean step          1.600 ms (p10..p90 1.500..1.700)",
+        "  cost model, sizes re-timed  1.500 ms (p10..p90 1.400..1.600): agree within the timing's spread",
+        "  cost model, plan's figures  1.000 ms (p10..p90 0.900..1.100): the machine ran 50% slower than "
+        "while measuring: measure again before trusting the plan's figures",
+        "  graph memory                measured 3.000 MiB, predicted 1.500 MiB"]
+    apart = Check(5, Mean(3.0, (2.9, 3.1)), Mean(1.0, (0.9, 1.1)), Mean(1.0, (0.9, 1.1)), 0, 0).describe()
+    assert apart.splitlines()[2:4] == [
+        "  cost model, sizes re-timed  1.000 ms (p10..p90 0.900..1.100): disagree beyond the timing's spread",
+        "  cost model, plan's figures  1.000 ms (p10..p90 0.900..1.100): they hold"]
+
+
+def test_a_sample_is_the_same_for_a_seed_and_another_for_another_seed():
+    traffic = {1: 5, 2: 3, 7: 2}
+    assert sample(traffic, 50, seed=3) == sample(traffic, 50, seed=3)
+    assert sample(traffic, 50, seed=3) != sample(traffic, 50, seed=4)
+    assert set(sample(traffic, 50, seed=3)) <= set(traffic)
+
+
+@pytest.fixture
+def slowed_tiny():
+    """tiny on the CPU, its final norm sleeping SLOW_MS in Python before it runs; one thread, so
+    that a loaded machine cannot stretch its tiny ops (OpenMP threads waiting on preempted ones)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model = build_model(PRESETS["tiny"], torch.device("cpu"), torch.float32, seed=0)
+    model.setup_cache(4, 8)
+    norm, forward = model.model.norm, model.model.norm.forward
+
+    def slowed(*args):
+        time.sleep(SLOW_MS / 1e3)
+        return forward(*args)
+
+    norm.forward = slowed
+    yield model
+    torch.set_num_threads(threads)
+
+
+def test_the_check_replays_each_step_its_plan_holds_through_the_plans_own_graphs(slowed_tiny):
+    plan = (2, 4)  # batches 1 and 3 pad up; default buckets would be 1, 2, 4
+    done = check(slowed_tiny, _figures(4), plan, 0, {1: 2, 2: 2, 3: 2}, steps=6, position=4)
+    assert done.steps == 6
+    assert done.measured.ms < SLOW_MS and done.retimed.ms < SLOW_MS  # no step paid the Python
+    assert done.measured_bytes == GraphBackend(slowed_tiny, plan, lint=False).prepare(4).memory_bytes
+
+
+def test_the_check_runs_a_batch_above_its_plan_eagerly(slowed_tiny):
+    done = check(slowed_tiny, _figures(4), (2,), 0, {4: 3}, steps=3, position=4)
+    assert done.steps == 3
+    assert done.measured.band[0] >= SLOW_MS and done.retimed.band[0] >= SLOW_MS

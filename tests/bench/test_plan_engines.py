@@ -18,6 +18,7 @@ def test_vllm_000fc94b_default_is_1_2_4_then_steps_of_8_below_256_then_16_up_to_
     assert engines.vllm_sizes(12) == (1, 2, 4, 8, 16, 24)
     big = engines.vllm_sizes(256)  # 512: the cap
     assert big == (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+    assert engines.vllm_sizes(128)[-2:] == (248, 256)  # a max capture size of 256 is captured
     assert engines.vllm_sizes(1024) == big  # capped at 512 off data-center Blackwell
     assert engines.vllm_sizes(1024, blackwell=True)[-1] == 1024
 
@@ -27,6 +28,7 @@ def test_sglang_0_5_23_default_is_1_2_4_8_12_then_steps_of_8_to_256_16_to_512_32
     assert engines.sglang_sizes(12) == (1, 2, 4, 8, 12)
     assert engines.sglang_sizes(10) == (1, 2, 4, 8, 10)  # the max appended
     assert engines.sglang_sizes(30) == (1, 2, 4, 8, 12, 16, 24, 30)
+    assert engines.sglang_sizes(545)[-3:] == (512, 544, 545)
     assert engines.sglang_sizes(600) == (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), 512, 544, 576, 600)
 
 
@@ -36,6 +38,12 @@ def test_tensorrt_llm_1_0_default_is_1_to_31_32_64_128_then_powers_of_two_and_th
     assert engines.trtllm_sizes(40) == (*range(1, 32), 32, 40)  # the max appended
     assert engines.trtllm_sizes(600) == (*range(1, 32), 32, 64, 128, 256, 512, 600)
     assert engines.trtllm_sizes(128, enable_padding=True) == (1, 2, 4, *range(8, 129, 8))
+    assert engines.trtllm_sizes(256, enable_padding=True) == (1, 2, 4, *range(8, 129, 8), 256)
+
+
+def test_the_baselines_are_each_engines_default_and_graphrts_powers_of_two():
+    assert engines.defaults(24) == {engines.VLLM: engines.vllm_sizes(24), engines.SGLANG: engines.sglang_sizes(24),
+                                    engines.TRTLLM: engines.trtllm_sizes(24), "powers of two": (1, 2, 4, 8, 16, 32)}
 
 
 SIZES = (1, 3, 8, 24)

@@ -109,7 +109,8 @@ def test_a_comma_list_runs_those_modes_in_order(cli):
     (["--prompt-len", "30", "--steps", "10", "--max-seq-len", "32"],
      ["--prompt-len 30 + --steps 10 = 40 exceeds --max-seq-len 32"]),
     (["--dtype", "int8"], ["--dtype must be auto or one of float32, bfloat16, float16, got 'int8'"]),
-    (["--mode", "warp"], ["--mode must be one of", "'warp'"]),
+    (["--mode", "warp"], ["--mode must be one of eager, piecewise, graph, compile, both, all or a comma list",
+                          "'warp'"]),
     (["--mode", "eager,eager"], ["comma list of distinct modes", "'eager,eager'"]),
 ])
 def test_bad_options(cli, args, fragments):
