@@ -84,7 +84,7 @@ def test_bands_that_touch_overlap():
 
 
 def test_the_check_says_each_of_its_figures_in_a_line_of_its_own():
-    slower = _check(measured=Mean(1.6, (1.5, 1.7)), retimed=Mean(1.5, (1.4, 1.6)), predicted=Mean(1.0, (0.9, 1.1)))
+    slower = _check(measured=Mean(1.6, (1.5, 1.7)), retimed=Mean(1.5, (1.4, 1.6)), predicted=Mean(1.2, (1.1, 1.3)))
     slower = Check(200, slower.measured, slower.retimed, slower.predicted, measured_bytes=3 << 20,
                    predicted_bytes=3 << 19)
     assert slower.describe().splitlines() == [
@@ -92,7 +92,7 @@ def test_the_check_says_each_of_its_figures_in_a_line_of_its_own():
         "the sample's sizes re-timed alone:",
         "  measured mean step          1.600 ms (p10..p90 1.500..1.700)",
         "  cost model, sizes re-timed  1.500 ms (p10..p90 1.400..1.600): agree within the timing's spread",
-        "  cost model, plan's figures  1.000 ms (p10..p90 0.900..1.100): the machine ran 50% slower than "
+        "  cost model, plan's figures  1.200 ms (p10..p90 1.100..1.300): the machine ran 25% slower than "
         "while measuring: measure again before trusting the plan's figures",
         "  graph memory                measured 3.000 MiB, predicted 1.500 MiB"]
     apart = Check(5, Mean(3.0, (2.9, 3.1)), Mean(1.0, (0.9, 1.1)), Mean(1.0, (0.9, 1.1)), 0, 0).describe()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphrt.errors import GraphrtError
 from graphrt.measure import host
 
 
@@ -37,3 +38,9 @@ def test_the_cpu_is_named_as_lscpu_names_it():
     said = subprocess.run(["lscpu"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}).stdout
     model = next(line.split(":", 1)[1].strip() for line in said.splitlines() if line.startswith("Model name:"))
     assert host.cpu_name() == model
+
+
+def test_without_torch_installed_the_facts_say_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(host.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(GraphrtError, match=r"^torch is not installed: pip install torch$"):
+        host.torch_build()
