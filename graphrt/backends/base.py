@@ -1,7 +1,6 @@
 """What every backend is: `Backend`, one decode step run its own way, and `PrepareReport`, what
 getting ready cost."""
 
-
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

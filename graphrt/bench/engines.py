@@ -66,8 +66,9 @@ def exports(sizes: tuple[int, ...]) -> dict[str, dict]:
     """`sizes` as each engine takes them. Option names as in the engines' sources above:
     vLLM's CompilationConfig.cudagraph_capture_sizes (`--compilation-config`, `-cc`), SGLang's
     cuda_graph_bs_decode (`--cuda-graph-bs-decode`, nargs="+", in 0.5.23; earlier 0.5 releases
-    took `--cuda-graph-bs`), TensorRT-LLM's cuda_graph_config.batch_sizes (the YAML of `trtllm-serve --extra_llm_api_options`, with
-    enable_padding so a batch runs in the next size up, as the plan assumes), graphrt's --buckets."""
+    took `--cuda-graph-bs`), TensorRT-LLM's cuda_graph_config.batch_sizes (the YAML of
+    `trtllm-serve --extra_llm_api_options`, with enable_padding so a batch runs in the next size
+    up, as the plan assumes), graphrt's --buckets."""
     listed = list(sizes)
     vllm = {"cudagraph_capture_sizes": listed}
     trtllm = {"cuda_graph_config": {"enable_padding": True, "batch_sizes": listed}}

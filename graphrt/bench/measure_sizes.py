@@ -5,10 +5,10 @@ largest first into one pool (`GraphBackend.prepare`, as a server captures its li
 each graph's increment to a pool larger graphs filled and its capture time; then each size
 decodes eagerly and through its graph, timed as `graphrt run` times a mode (`run.decode`: the
 steps after warmup), in two rounds, eager first then replayed first, so that a machine that
-slows down in between weighs on both modes alike (as `graphrt bench` interleaves its modes). On CUDA each size but the largest is also captured
-alone into a fresh pool, for what it costs as the first (largest) graph of a plan; a tape keeps
-its own tensors whatever the pool, so there the two are one figure (graphrt.bench.optimize
-states the model). Sizes between grid points are interpolated linearly and say so.
+slows down in between weighs on both modes alike (as `graphrt bench` interleaves its modes).
+On CUDA each size but the largest is also captured alone into a fresh pool, for what it costs
+as the first (largest) graph of a plan; a tape keeps its own tensors whatever the pool, so there
+the two are one figure (graphrt.bench.optimize states the model). Sizes between grid points are interpolated linearly and say so.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def _alone(model: Qwen2ForCausalLM, sizes: tuple[int, ...]) -> dict[int, tuple[i
 
 def _interleaved(eager: Backend, graphs: Backend, prompt: torch.Tensor, steps: int,
                  warmup: int) -> tuple[Stats, Stats]:
-    """Each mode's step times over two rounds (eager, replayed; replayed, eager), `steps` - `warmup`
-    timed steps in all, each round after its own `warmup` steps."""
+    """Each mode's step times over two rounds (eager, replayed; replayed, eager), each round
+    `warmup` untimed steps and half of `steps` - `warmup` timed ones, rounded up."""
     per_round = max(1, (steps - warmup + 1) // 2)
     samples: dict[Backend, list[float]] = {eager: [], graphs: []}
     for order in ((eager, graphs), (graphs, eager)):

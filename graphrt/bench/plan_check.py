@@ -22,6 +22,7 @@ is measured as it is captured.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -127,7 +128,7 @@ def predict(figures: list[SizeFigures], plan: tuple[int, ...], batches: list[int
     """Mean step of `batches` through `plan` by the cost model, from the figures' medians, p10s
     and p90s: a covered batch costs its graph's replay, another its own eager step."""
     by_size = {f.batch: f for f in figures}
-    steps_of = {b: batches.count(b) for b in set(batches)}
+    steps_of = Counter(batches)
     quantiles_of = {}
     for b in steps_of:
         c = _cover(plan, b)
@@ -167,7 +168,7 @@ def check(model: Qwen2ForCausalLM, figures: list[SizeFigures], plan: tuple[int, 
                     with alone.step():
                         run(batch)
                 alone_order += [batch] * ALONE_STEPS
-    steps_of = {b: batches.count(b) for b in inputs}
+    steps_of = Counter(batches)
     sample_ms = in_sample.samples_ms()
     return Check(len(sample_ms), Mean.weighted(steps_of, _per_size(batches, sample_ms)),
                  Mean.weighted(steps_of, _per_size(alone_order, alone.samples_ms())),

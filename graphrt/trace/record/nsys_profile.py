@@ -186,4 +186,3 @@ def _kill_tree(root: int) -> None:
 def _kill_agents(nsys_pid: int) -> None:
     """After a run: an agent of ours that outlived `nsys profile` would spin for ever."""
     _kill(_agents(nsys_pid))
-
