@@ -84,7 +84,7 @@ class Check:
         verdict = "agree within the timing's spread" if self.agrees else "disagree beyond the timing's spread"
         drift = self.retimed.ms / self.predicted.ms - 1
         held = ("they hold" if self.figures_hold else
-                f"the machine ran {abs(drift):.0%} {'slower' if drift > 0 else 'faster'} than while "
+                f"the machine ran {abs(drift):.1%} {'slower' if drift > 0 else 'faster'} than while "
                 "measuring: measure again before trusting the plan's figures")
         return "\n".join([
             f"check: {self.steps} steps drawn from the traffic through the captured plan, in {ROUNDS} "

@@ -54,7 +54,7 @@ def test_the_verdict_sets_the_sample_against_its_sizes_re_timed_beside_it_not_ag
     assert slow_now.agrees and not slow_now.figures_hold
     said = slow_now.describe()
     assert "agree within the timing's spread" in said
-    assert "the machine ran 110% slower than while measuring" in said
+    assert "the machine ran 110.0% slower than while measuring" in said
     assert "measured mean step          2.000 ms (p10..p90 1.800..2.300)" in said
 
 
@@ -68,7 +68,15 @@ def test_a_sample_costing_more_than_its_sizes_alone_disagrees_even_where_the_fig
 
 def test_a_faster_machine_is_named_faster():
     fast_now = _check(measured=Mean(0.5, (0.45, 0.55)), retimed=Mean(0.5, (0.45, 0.55)), predicted=Mean(1.0, (0.9, 1.1)))
-    assert "the machine ran 50% faster than while measuring" in fast_now.describe()
+    assert "the machine ran 50.0% faster than while measuring" in fast_now.describe()
+
+
+def test_a_small_drift_beyond_tight_bands_is_named_by_its_size_not_rounded_to_nothing():
+    # GPU steps vary by a fraction of a percent: bands that do not meet can be 0.3 % apart
+    tight = _check(measured=Mean(1.0, (0.999, 1.001)), retimed=Mean(1.0, (0.999, 1.001)),
+                   predicted=Mean(1.003, (1.002, 1.004)))
+    assert not tight.figures_hold
+    assert "the machine ran 0.3% faster than while measuring" in tight.describe()
 
 
 def test_the_json_of_a_check_reads_back_as_the_same_check():
@@ -92,7 +100,7 @@ def test_the_check_says_each_of_its_figures_in_a_line_of_its_own():
         "the sample's sizes re-timed alone:",
         "  measured mean step          1.600 ms (p10..p90 1.500..1.700)",
         "  cost model, sizes re-timed  1.500 ms (p10..p90 1.400..1.600): agree within the timing's spread",
-        "  cost model, plan's figures  1.200 ms (p10..p90 1.100..1.300): the machine ran 25% slower than "
+        "  cost model, plan's figures  1.200 ms (p10..p90 1.100..1.300): the machine ran 25.0% slower than "
         "while measuring: measure again before trusting the plan's figures",
         "  graph memory                measured 3.000 MiB, predicted 1.500 MiB"]
     apart = Check(5, Mean(3.0, (2.9, 3.1)), Mean(1.0, (0.9, 1.1)), Mean(1.0, (0.9, 1.1)), 0, 0).describe()
