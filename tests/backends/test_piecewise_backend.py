@@ -17,7 +17,7 @@ from graphrt.measure.opcount import op_names
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
 from graphrt.run.decode import count_launches, decode, random_prompt
-from graphrt.trace.analysis.names import is_step
+from graphrt.trace.analysis.markers import parse as step_marker
 
 CPU = torch.device("cpu")
 
@@ -117,7 +117,7 @@ def test_a_step_is_one_decode_step_range_around_its_pieces_and_cores(tiny):
         backend.step(torch.tensor([[5]]), torch.tensor([3]))
     pushed = [name for kind, name in events if kind == "push"]
     layers = tiny.config.num_hidden_layers
-    assert [name for name in pushed if is_step(name)] == ["decode_step[piecewise,bs=1]"]
+    assert [name for name in pushed if step_marker(name)] == ["decode_step[piecewise,bs=1]"]
     inside = pushed[pushed.index("decode_step[piecewise,bs=1]") + 1:]
     assert inside == [name for i in range(layers) for name in (f"piece[bs=1,i={i}]", f"attend[bs=1,layer={i}]")
                       ] + [f"piece[bs=1,i={layers}]"]

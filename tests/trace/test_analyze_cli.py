@@ -211,7 +211,7 @@ def test_a_directory_without_traces_is_named(cli, tmp_path):
     result = cli("analyze", tmp_path)
     assert result.exit_code == 1
     assert result.stderr.strip() == f"error: {tmp_path}: a directory with no trace in it (expected " \
-        "*.sqlite or Chrome-trace *.json, as graphrt trace writes)"
+        "*.sqlite, or Chrome-trace *.json or *.json.gz)"
 
 
 def test_an_nsys_export_prints_kernels_per_device(cli, tmp_path):

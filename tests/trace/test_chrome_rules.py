@@ -51,9 +51,12 @@ def test_a_thread_is_the_file_s_numbers_and_a_label_gets_a_stable_number(tmp_pat
     assert [(r.pid, r.tid) for r in trace.ranges] == [(7, 8), (7, 8), (zlib.crc32(b"Spawned thread"), 8)]
 
 
-def test_the_schema_version_is_kept_and_a_bare_event_list_reads_too(tmp_path):
+def test_the_schema_version_and_the_writing_rank_are_kept_and_a_bare_event_list_reads_too(tmp_path):
     raw = json.loads(gzip.decompress(A100.read_bytes()))
-    assert read_chrome_trace(A100).meta == {"schema": str(raw["schemaVersion"])} == {"schema": "1"}
+    assert read_chrome_trace(A100).meta == {"schema": str(raw["schemaVersion"]),
+                                            "rank": str(raw["distributedInfo"]["rank"])} == {"schema": "1", "rank": "0"}
+    ranked = _write(tmp_path, [], distributedInfo={"rank": 3, "world_size": 4})
+    assert read_chrome_trace(ranked).meta == {"rank": "3", "world_size": "4"}
     events = [_x("cpu_op", "aten::mm", 1, 1)]
     bare = read_chrome_trace(_write(tmp_path, events))  # the format's other form: no object around it
     assert ([op.name for op in bare.cpu_ops], bare.meta) == (["aten::mm"], {})

@@ -18,6 +18,7 @@ import pytest
 
 from graphrt.errors import GraphrtError
 from graphrt.trace import load_trace
+from graphrt.trace.analysis.markers import MARKERS
 from graphrt.trace.analysis.steps import analyze
 
 # Real exports from GPU machines (tests/data/nsys/README.md names their sources)
@@ -128,7 +129,7 @@ def test_each_saxpy_range_holds_the_one_kernel_it_launched():
     report = analyze(load_trace(OLD))
     (saxpy,) = [f for f in report.by_name if f.key == "saxpy"]
     assert (saxpy.count, saxpy.kernels) == (5, 5)
-    assert report.notes == ["no decode_step[...], replay[...] or ProfilerStep#N ranges: whole-trace figures only"]
+    assert report.notes == [f"no step marker ({MARKERS}): whole-trace figures only"]
 
 
 def test_kernels_whose_correlation_matches_no_earlier_call_are_counted_and_said(export):

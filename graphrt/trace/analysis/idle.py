@@ -100,3 +100,23 @@ def step_launch_idle(timeline: StepTimeline, kernel_wait_ns: int = KERNEL_WAIT_N
         delay_p50_ns=percentile(delays, 50), delay_p90_ns=percentile(delays, 90),
         graph_fanout=list(fanout.values()),
         idle_ns=idle_split(timeline, kernel_wait_ns) if timeline.unit == "kernel" else dict.fromkeys(IDLE_KINDS, 0))
+
+
+@dataclass(frozen=True)
+class BetweenPieces:
+    """What a piecewise step ran eagerly between its pieces: the kernels launched on their own
+    after its first graph launch began and before its last one began (attention, cache writes),
+    and their summed GPU time."""
+
+    kernels: int
+    gpu_ns: int
+
+
+def between_pieces(timeline: StepTimeline) -> BetweenPieces | None:
+    """None for a step with fewer than two graph launches (no pieces to be between)."""
+    graphs = [call.start_ns for call in timeline.launches if call.kind == "graph"]
+    if len(graphs) < 2:
+        return None
+    inside = [w for w in timeline.work if w.launch is not None and timeline.launches[w.launch].kind == "kernel"
+              and graphs[0] < timeline.launches[w.launch].start_ns < graphs[-1]]
+    return BetweenPieces(len(inside), sum(w.duration_ns for w in inside))

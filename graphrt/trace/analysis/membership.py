@@ -22,13 +22,14 @@ a trace of millions of events is placed in a few seconds.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphrt.measure.launch_names import launch_kind
-from graphrt.trace.analysis.names import PROFILER_STEP
-from graphrt.trace.read.events import ABSENT, ApiCalls, Table, Trace
+from graphrt.trace.analysis.markers import GRAPHRT, PROFILER, Step, choose_steps, group_label, step_mode
+from graphrt.trace.analysis.names import PROFILER_STEP, group_name
+from graphrt.trace.read.events import ABSENT, ApiCalls, Ranges, Table, Trace
 
 NONE = -1  # no range, in the index arrays below
 
@@ -122,12 +123,14 @@ class Membership:
     kernel_home: list[int | None]  # per kernel: the innermost range its launch call was made in
     top_ops: list[int]  # the CPU ops no other op called, by index into Trace.cpu_ops
     op_home: dict[int, int | None]  # per top-level op: the innermost range it ran in
+    steps: list[Step] = field(default_factory=list)  # the steps, by start (graphrt.trace.analysis.markers)
 
     @classmethod
     def of(cls, trace: Trace) -> Membership:
         ranges, calls, ops = trace.ranges, trace.api_calls, trace.cpu_ops
         parent = _parents(ranges)
-        launches = np.flatnonzero(np.array([k is not None for k in call_kinds(calls)], dtype=bool))
+        kinds = call_kinds(calls)
+        launches = np.flatnonzero(np.array([k is not None for k in kinds], dtype=bool))
         call_home = np.full(len(calls), NONE, dtype=np.int64)
         linked = trace.kernels.ints("launch")
         # only a launch call's home is asked for (a kernel's launch is one): others lie in no list
@@ -145,7 +148,22 @@ class Membership:
             kernel_home=_optional(kernel_home), top_ops=top_ops.tolist(),
             op_home=dict(zip(top_ops.tolist(), _optional(op_home))))
         membership._widen_profiler_steps(trace, launches, top_ops)
+        membership.steps = membership._steps(ranges, kinds)
         return membership
+
+    def _steps(self, ranges: Ranges, kinds: list[str | None]) -> list[Step]:
+        """The ranges that are steps (graphrt.trace.analysis.markers.choose_steps), each with the
+        way it ran, told by the graph launches inside it (`kinds`: each call's launch kind), and
+        its group."""
+        names, recorded = ranges.strings("name"), "kernel" in kinds or "graph" in kinds
+        steps = []
+        for r, marker in choose_steps(names, self.parent,
+                                      list(zip(ranges.ints("pid").tolist(), ranges.ints("tid").tolist())),
+                                      ranges.ints("start_ns").tolist(), ranges.ints("end_ns").tolist()):
+            mode = step_mode(sum(kinds[i] == "graph" for i in self.launches[r]), recorded, marker)
+            own = marker.engine in (GRAPHRT, PROFILER)
+            steps.append(Step(r, marker, mode, group_name(names[r]) if own else group_label(marker, mode)))
+        return steps
 
     def _widen_profiler_steps(self, trace: Trace, launches: np.ndarray, top_ops: np.ndarray) -> None:
         """torch.profiler's `ProfilerStep#N` is an iteration of the whole process: the launch

@@ -1,7 +1,6 @@
-"""Which ranges are steps, and the name a range is grouped under.
+"""The name a range is grouped under, and which of graphrt's steps replay a graph.
 
-A step is one of graphrt's own step ranges (`decode_step[eager]`, `replay[bs=8]`) or, in any other
-torch.profiler trace, the profiler's own `ProfilerStep#N`. Names that carry a per-call counter
+(Which ranges are steps: graphrt.trace.analysis.markers.) Names that carry a per-call counter
 group without it: every `ProfilerStep#N` is one group, `ProfilerStep#*`, and
 `aten::mm, op_id = 314286` or `nccl:all_reduce, seq = 12` group as `aten::mm` and `nccl:all_reduce`.
 """
@@ -10,16 +9,11 @@ from __future__ import annotations
 
 import re
 
-GRAPHRT_STEP_PREFIXES = ("decode_step[", "replay[")
 PROFILER_STEP = "ProfilerStep#"
 PROFILER_STEP_GROUP = "ProfilerStep#*"
 
 # `, op_id = 314286`, `, seq = 12` (and the same without a comma in front)
 _COUNTER = re.compile(r",?\s*\b(?:op_id|seq)\s*=\s*\d+")
-
-
-def is_step(name: str) -> bool:
-    return name.startswith(GRAPHRT_STEP_PREFIXES) or name.startswith(PROFILER_STEP)
 
 
 def is_replay(name: str) -> bool:

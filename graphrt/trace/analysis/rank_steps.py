@@ -31,7 +31,6 @@ from graphrt.errors import GraphrtError
 from graphrt.measure.collective_share import NAMESPACE, OF, Measure, kernel_time, share
 from graphrt.measure.intervals import busy_and_gaps
 from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.analysis.names import group_name, is_step
 from graphrt.trace.analysis.steps import StepGroup
 from graphrt.trace.read.events import Trace
 
@@ -80,12 +79,11 @@ class CollectiveTime:
 def collective_time(trace: Trace, membership: Membership) -> dict[str, list[CollectiveTime | None]]:
     """Per step group, each step's time in collectives (steps in the order they started); None
     for a step of a trace with kernels that launched none."""
-    steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
-                   key=lambda r: trace.ranges[r].start_ns)
+    steps = [s.range for s in membership.steps]
     spent = _gpu_time(trace, membership, steps) if trace.kernels else _cpu_time(trace, membership, steps)
     per_group: dict[str, list[CollectiveTime | None]] = {}
-    for r in steps:
-        per_group.setdefault(group_name(trace.ranges[r].name), []).append(spent[r])
+    for s in membership.steps:
+        per_group.setdefault(s.group, []).append(spent[s.range])
     return per_group
 
 

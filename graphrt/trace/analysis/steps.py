@@ -25,7 +25,8 @@ import numpy as np
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.analysis.membership import Membership, call_kinds
-from graphrt.trace.analysis.names import group_name, is_step
+from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step
+from graphrt.trace.analysis.names import group_name
 from graphrt.trace.read.events import ABSENT, Table, Trace
 
 
@@ -157,6 +158,13 @@ class TraceReport:
     step_groups: list[StepGroup]
     by_kind: list[RangeFigures]  # outermost range of each kind, so nesting is not counted twice
     by_name: list[RangeFigures]  # every (domain, name), most total time first
+    steps: list[StepRecord] = field(default_factory=list)  # every step, by start
+
+    @property
+    def engine_steps(self) -> bool:
+        """Whether a serving engine's markers made (some of) the steps, rather than graphrt's
+        own or the profiler's."""
+        return any(r.marker.engine not in (GRAPHRT, PROFILER) for r in self.steps)
 
 
 def unlinked_graph_launches(trace: Trace) -> set[int]:
@@ -192,12 +200,36 @@ def _step(trace: Trace, att: Membership, r: int, unlinked: set[int], kinds: list
     return dataclasses.replace(figures, **dict.fromkeys(KERNEL_FIGURES))
 
 
-def _step_groups(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[StepGroup]:
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of the trace: its figures, its marker, how it ran (eager, graph, piecewise) and
+    the group it counts in (graphrt.trace.analysis.markers.Step)."""
+
+    figures: StepFigures
+    step: Step
+    pid: int
+    tid: int
+
+    @property
+    def marker(self) -> Marker:
+        return self.step.marker
+
+    @property
+    def mode(self) -> str:
+        return self.step.mode
+
+
+def _records(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[StepRecord]:
+    """Every step of the trace, by start."""
+    pids, tids = trace.ranges.ints("pid"), trace.ranges.ints("tid")
+    return [StepRecord(_step(trace, att, s.range, unlinked, kinds), s, int(pids[s.range]), int(tids[s.range]))
+            for s in att.steps]
+
+
+def _step_groups(records: list[StepRecord]) -> list[StepGroup]:
     groups: dict[str, list[StepFigures]] = {}
-    steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
-                   key=lambda r: trace.ranges[r].start_ns)
-    for r in steps:
-        groups.setdefault(group_name(trace.ranges[r].name), []).append(_step(trace, att, r, unlinked, kinds))
+    for record in records:
+        groups.setdefault(record.step.group, []).append(record.figures)
     return [StepGroup(name, figures) for name, figures in groups.items()]
 
 
@@ -257,11 +289,11 @@ def analyze(trace: Trace, att: Membership | None = None) -> TraceReport:
               "kernels_without_launch": int((trace.kernels.ints("launch") == ABSENT).sum())}
     unlinked = unlinked_graph_launches(trace)
     counts["graph_launches_without_kernels"] = len(unlinked)
-    groups = _step_groups(trace, att, unlinked, kinds)
+    records = _records(trace, att, unlinked, kinds)
     return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
-                       notes=_notes(trace, counts, bool(groups)), devices=_devices(trace),
-                       step_groups=groups, by_kind=_by_kind(trace, att, unlinked, kinds),
-                       by_name=_by_name(trace, att, unlinked, kinds))
+                       notes=_notes(trace, counts, bool(records)), devices=_devices(trace),
+                       step_groups=_step_groups(records), by_kind=_by_kind(trace, att, unlinked, kinds),
+                       by_name=_by_name(trace, att, unlinked, kinds), steps=records)
 
 
 def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
@@ -281,7 +313,7 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
     if not trace.ranges:
         notes.append("no NVTX or record_function ranges in this trace")
     elif not has_steps:
-        notes.append("no decode_step[...], replay[...] or ProfilerStep#N ranges: whole-trace figures only")
+        notes.append(f"no step marker ({MARKERS}): whole-trace figures only")
     return notes
 
 
@@ -307,15 +339,36 @@ def shown(median: float | None) -> bool:
     return median is None or median != 0
 
 
+def _comparison(base_label: str, base: StepGroup, label: str, group: StepGroup) -> Comparison:
+    return Comparison(base_label, label, [
+        (key, title, base.medians[key], group.medians[key])
+        for key, title, _ in STEP_METRICS if shown(base.medians[key]) or shown(group.medians[key])])
+
+
 def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
     """The first step group of all the traces against each later one (eager vs graph, say).
-    Metrics that are zero on both sides are left out."""
+    Where an engine's markers made the steps, each group of eager steps against each group of
+    the same phase and batch that replayed a graph, in any of the traces. Metrics that are zero
+    on both sides are left out."""
     several = len(reports) > 1
     groups = [(_label(rep, g, several), g) for rep in reports for g in rep.step_groups]
+    if any(rep.engine_steps for rep in reports):
+        return _engine_comparisons(reports, dict(groups))
     if len(groups) < 2:
         return []
     (base_label, base), rest = groups[0], groups[1:]
-    return [Comparison(base_label, label, [
-        (key, title, base.medians[key], g.medians[key])
-        for key, title, _ in STEP_METRICS if shown(base.medians[key]) or shown(g.medians[key])])
-        for label, g in rest]
+    return [_comparison(base_label, base, label, g) for label, g in rest]
+
+
+def _engine_comparisons(reports: Sequence[TraceReport], groups: dict[str, StepGroup]) -> list[Comparison]:
+    """Eager against replayed, group by group, where phase and batch are the same and known."""
+    several = len(reports) > 1
+    kind: dict[str, tuple[str, int | None, str]] = {}  # group label -> (phase, batch, mode)
+    for rep in reports:
+        for record in rep.steps:
+            label = f"{Path(rep.source).name}: {record.step.group}" if several else record.step.group
+            kind[label] = (record.marker.phase, record.marker.requests, record.mode)
+    return [_comparison(eager, groups[eager], other, groups[other])
+            for eager, (phase, batch, mode) in kind.items() if mode == "eager" and batch is not None
+            for other, (phase2, batch2, mode2) in kind.items()
+            if mode2 in ("graph", "piecewise") and (phase2, batch2) == (phase, batch)]

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from graphrt.measure.launch_names import launch_kind
 from graphrt.trace.analysis.membership import Membership
-from graphrt.trace.analysis.names import group_name, is_step
 from graphrt.trace.read.events import Range, Trace
 
 WHOLE_TRACE = "whole trace"
@@ -54,7 +53,7 @@ class Work:
 @dataclass(frozen=True)
 class StepTimeline:
     name: str
-    group: str  # graphrt.trace.analysis.names.group_name
+    group: str  # graphrt.trace.analysis.markers.Step.group
     start_ns: int  # the step range, on the host
     end_ns: int
     unit: str  # "kernel" or "op": what `work` holds
@@ -79,8 +78,8 @@ def _stack(trace: Trace, att: Membership, home: int | None,
     return tuple(reversed(names)), (home if home != step else None)
 
 
-def _timeline(trace: Trace, att: Membership, r: int | None) -> StepTimeline:
-    """The step range `r`'s timeline; for r None, the whole trace's."""
+def _timeline(trace: Trace, att: Membership, r: int | None, group: str = WHOLE_TRACE) -> StepTimeline:
+    """The step range `r`'s timeline, in `group`; for r None, the whole trace's."""
     if r is None:
         launches_of = [i for i, c in enumerate(trace.api_calls) if launch_kind(c.name)]
         kernels_of = [i for i, k in enumerate(trace.kernels) if k.launch is not None]
@@ -108,7 +107,7 @@ def _timeline(trace: Trace, att: Membership, r: int | None) -> StepTimeline:
             stack, home = _stack(trace, att, att.op_home[i], r)
             work.append(Work(op.name, op.start_ns, op.end_ns, None, stack, home))
     work.sort(key=lambda w: (w.start_ns, w.end_ns))
-    return StepTimeline(rng.name, group_name(rng.name), rng.start_ns, rng.end_ns, unit, work, launches)
+    return StepTimeline(rng.name, group, rng.start_ns, rng.end_ns, unit, work, launches)
 
 
 def whole_trace(trace: Trace, att: Membership | None = None) -> StepTimeline:
@@ -120,6 +119,4 @@ def whole_trace(trace: Trace, att: Membership | None = None) -> StepTimeline:
 def step_timelines(trace: Trace, att: Membership | None = None) -> list[StepTimeline]:
     """Every step of the trace, by start."""
     att = att or Membership.of(trace)
-    steps = sorted((r for r, rng in enumerate(trace.ranges) if is_step(rng.name)),
-                   key=lambda r: trace.ranges[r].start_ns)
-    return [_timeline(trace, att, r) for r in steps]
+    return [_timeline(trace, att, s.range, s.group) for s in att.steps]

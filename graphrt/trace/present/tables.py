@@ -45,16 +45,17 @@ def _describe(report: TraceReport) -> str:
     return f"== {report.source} ({made})\n" + ", ".join(parts)
 
 
-def format_report(report: TraceReport, top: int = 15) -> str:
-    """The report as text: a header, notes, then one table per kind of figure."""
-    out = [_describe(report), *report.notes]
+def format_report(report: TraceReport, top: int = 15, steps: str = "") -> str:
+    """The report as text: a header, notes, `steps` (what an engine's steps were, where its
+    markers made them: graphrt.trace.present.step_ledger), then one table per kind of figure."""
+    out = [_describe(report), *report.notes, *(["", steps] if steps else [])]
     if report.devices:
         out += ["", "Kernels per device", tabulate(
             [(d.device, _count(d.kernels), _us(d.kernel_ns), _us(d.busy_ns), _us(d.span_ns))
              for d in report.devices],
             headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"],
             disable_numparse=True)]
-    if report.step_groups:
+    if report.step_groups and not report.engine_steps:  # an engine's steps are in `steps`, by row
         # one column per step group, one row per metric that is not zero everywhere
         rows = [(_titled(title, unit), *(_metric(unit, g.medians[key]) for g in report.step_groups))
                 for key, title, unit in STEP_METRICS

@@ -5,6 +5,9 @@ Only complete events (`"ph": "X"`, a start `ts` and a `dur`, both in microsecond
 graphrt uses; by category (`cat`):
 
 - `user_annotation`: a `record_function` range on a CPU thread -> `Range`;
+- `python_function` (a trace recorded with stack): only a model runner's step function
+  (graphrt.trace.analysis.markers.is_runner_function), a step marker where an engine wrote no
+  annotation -> `Range` in the `python` domain; the other frames are not kept;
 - `cpu_op`: an aten operator on a CPU thread -> `CpuOp` (on a CPU build of torch, the only
   record of the work a step did);
 - `cuda_runtime` / `cuda_driver`: `cudaLaunchKernel`, `cudaGraphLaunch`, ... -> `ApiCall`;
@@ -30,12 +33,14 @@ from typing import Any
 import msgspec
 
 from graphrt.errors import GraphrtError
+from graphrt.trace.analysis.markers import PYTHON_DOMAIN, is_runner_function
 from graphrt.trace.read.events import Progress, Trace, link_launches
 from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 
 __all__ = ["GZIP_MAGIC", "read_chrome_trace"]
 
 RANGE_CATEGORIES = frozenset({"user_annotation"})
+PYTHON_CATEGORIES = frozenset({"python_function"})
 OP_CATEGORIES = frozenset({"cpu_op"})
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 KERNEL_CATEGORIES = frozenset({"kernel"})
@@ -85,6 +90,10 @@ def _id(value: Any) -> int:
         return zlib.crc32(str(value).encode())
 
 
+def _thread(value: Any) -> int:
+    return value if type(value) is int else _id(value)
+
+
 def _graph_node(args: _Args) -> int | None:
     """The graph node a replayed kernel came from, as its toolsId (exec graph id << 32 | node id),
     which the capture's node ranges are keyed by; None for a kernel launched on its own. Older
@@ -106,12 +115,16 @@ def _add(trace: Trace, e: _Event, names: dict[str, str]) -> None:
     cat, ts, dur = e.cat, e.ts, e.dur
     start = ts * 1000 if type(ts) is int else _ns(ts if ts is not None else _missing("ts"))
     end = start + (dur * 1000 if type(dur) is int else _ns(dur or 0))
+    if cat in PYTHON_CATEGORIES:
+        if e.name is not None and is_runner_function(e.name):
+            trace.ranges.append(names.setdefault(e.name, e.name), start, end, _thread(e.pid), _thread(e.tid),
+                                PYTHON_DOMAIN)
+        return
     if cat in OP_CATEGORIES or cat in RANGE_CATEGORIES or cat in API_CATEGORIES or cat in KERNEL_CATEGORIES:
         name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
     else:
         return
-    pid = e.pid if type(e.pid) is int else _id(e.pid)
-    tid = e.tid if type(e.tid) is int else _id(e.tid)
+    pid, tid = _thread(e.pid), _thread(e.tid)
     args = e.args or _NO_ARGS
     if cat in OP_CATEGORIES:
         trace.cpu_ops.append(name, start, end, pid, tid)
@@ -149,8 +162,13 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
                 raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error!r}); "
                                    f"{EXPECTED_FIELDS}") from None
     document = found["document"]  # what the file holds besides its events
-    if isinstance(document, dict) and document.get("schemaVersion") is not None:
-        trace.meta["schema"] = str(document["schemaVersion"])
+    if isinstance(document, dict):
+        if document.get("schemaVersion") is not None:
+            trace.meta["schema"] = str(document["schemaVersion"])
+        distributed = document.get("distributedInfo")
+        for field in ("rank", "world_size"):  # which rank of a distributed run wrote it
+            if isinstance(distributed, dict) and isinstance(distributed.get(field), int):
+                trace.meta[field] = str(distributed[field])
     for table in (trace.ranges, trace.cpu_ops, trace.api_calls, trace.kernels):
         table.sorted_by_start()
     calls = trace.api_calls

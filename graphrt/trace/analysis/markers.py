@@ -1,0 +1,224 @@
+"""What a step marker says: which engine wrote it, the step's phase and its batch.
+
+Serving engines mark each model step with a range of their own; graphrt reads the name and takes
+only what it states, never a guess (`UNKNOWN` where it does not say). The forms, by engine and by
+the releases that write them (each read from that release's source):
+
+- graphrt: `decode_step[eager]`, `decode_step[piecewise,bs=8]`, `replay[bs=8]` (a replay states
+  the graph's size, which a batch is padded up to, not the live rows).
+- vLLM V1, `Worker.annotate_profile` (vllm/v1/worker/gpu_worker.py), a `record_function` under
+  torch.profiler, an NVTX range under the CUDA profiler:
+  `execute_new_2_cached_30` (0.12, 0.13: new and running requests; running ones may be
+  decoding or still prefilling in chunks, so only an all-new step has a phase);
+  `execute_context_2(14721)_generation_30(30)` (0.14 on: context requests and their tokens,
+  generation requests and theirs); with `detailed_trace_annotation` (0.26 on)
+  `execute_14751_context_2(sq14721sk…sqsq…sqsk…)_generation_30(sq30sk…sqsq…sqsk…)`.
+  Recorded with stack, its model runner's `execute_model` is a python function inside it
+  (`vllm/v1/worker/gpu_model_runner.py(3380): execute_model`): a step where no annotation is.
+- SGLang, `build_step_span_name` (0.5.11 on; model_runner.py, then utils/profile_utils.py):
+  `step[EXTEND bs=2 toks=14721]`, `step[DECODE bs=64]`, `step[MIXED bs=2]`, `step[IDLE bs=0]`,
+  `step[TARGET_VERIFY bs=8]`, any ForwardMode by name; 0.5.19 on may append aggregates
+  (`c=1 g=1 c_sq=… g_sq=…`, `forward_id=…`); 0.5.20 on names the target's verify step `VERIFY`
+  and every draft runner's step `DRAFT`; a frozen-KV draft loop writes
+  `step[DRAFT_LOOP raw_bs=3 bs=4 topk=1]` (3 real rows in a graph of 4).
+- ATOM: `prefill[bs=2 tok=14721 ctx=[…]]`, `decode[bs=64 tok=64 d=64]`,
+  `decode[bs=117/128 tok=117 d=117]` (117 real rows padded to a graph of 128),
+  `decode[bs=128 tok=384 p=2 d=126 spec=3]` (2 of the rows still prefilling).
+- TensorRT-LLM's PyTorch backend, `PyExecutor._forward_step`, an NVTX range in the
+  `TensorRT-LLM` domain (Nsight Systems traces only): `_forward_step: 1 ctx reqs, 7 gen reqs`,
+  `[Executor] _forward_step: …`, `[Executor] _forward_step 42: …`, and since its per-iteration
+  context-token log (2026) `[Executor] _forward_step 42: 1 ctx reqs, 512 ctx tokens, 7 gen reqs`.
+- torch.profiler: `ProfilerStep#N`, one iteration of the whole process, saying nothing of phase
+  or batch.
+
+Markers nest (vLLM's annotation inside `ProfilerStep#N`, its runner's function inside the
+annotation, an engine's step inside another's): `graphrt.trace.analysis.membership` keeps one
+step for each, by `tier` (lower wins) and, between two of one tier, the inner one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+UNKNOWN = "unknown"
+PHASES = ("prefill", "decode", "mixed", "idle", "verify", "draft", UNKNOWN)
+
+GRAPHRT, VLLM, SGLANG, ATOM, TRTLLM, PROFILER = "graphrt", "vLLM", "SGLang", "ATOM", "TensorRT-LLM", "torch.profiler"
+ANNOTATION, RUNNER_FUNCTION, PROFILER_ITERATION = 1, 2, 3  # tiers: the lower wins where markers nest
+
+# the markers, as a note names them where a trace has none
+MARKERS = "graphrt's, vLLM's, SGLang's, ATOM's, TensorRT-LLM's or ProfilerStep#N"
+PYTHON_DOMAIN = "python"  # the Range.domain of a python function kept as a step marker
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What one marker states. `requests`: the step's batch, as requests (rows) it ran; `tokens`:
+    the tokens it ran, where the marker gives them; `padded_to`: the graph size the batch was
+    padded up to, where the marker says; `mode`: eager/graph/piecewise where the marker itself
+    says how the step ran (graphrt's own), else None."""
+
+    engine: str
+    form: str  # the marker's form, as the output names it: "SGLang step[...]"
+    tier: int
+    phase: str = UNKNOWN
+    requests: int | None = None
+    tokens: int | None = None
+    padded_to: int | None = None
+    mode: str | None = None
+
+
+def _phase(prefilling: int, decoding: int) -> str:
+    """The phase of a step that ran `prefilling` requests in prefill and `decoding` in decode."""
+    if prefilling and decoding:
+        return "mixed"
+    return "prefill" if prefilling else "decode" if decoding else "idle"
+
+
+_GRAPHRT = re.compile(r"(decode_step|replay)\[([^\]]*)\]")
+_VLLM_NEW_CACHED = re.compile(r"execute_new_(\d+)_cached_(\d+)")
+_VLLM = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+_VLLM_DETAILED = re.compile(r"execute_(\d+)_context_(\d+)\(sq(\d+)sk\d+sqsq\d+sqsk\d+\)"
+                            r"_generation_(\d+)\(sq(\d+)sk\d+sqsq\d+sqsk\d+\)")
+_SGLANG = re.compile(r"step\[([A-Z][A-Z_0-9]*)((?: [a-z_]+=\d+)*)\]")
+_ATOM = re.compile(r"(prefill|decode)\[bs=(\d+)(?:/(\d+))?( .*)?\]")  # ctx=[…] holds brackets of its own
+_TRTLLM = re.compile(r"(?:\[Executor\] )?_forward_step(?: \d+)?: (\d+) ctx reqs, (?:(\d+) ctx tokens, )?(\d+) gen reqs")
+_PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
+_RUNNER_FUNCTION = re.compile(r".*model_runner\.py\(\d+\): execute_model")
+_FIELDS = re.compile(r"([a-z_]+)=(\d+)")
+
+# SGLang's ForwardMode (and its stage names) by the phase they are
+_SGLANG_PHASES = {"EXTEND": "prefill", "SPLIT_PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed",
+                  "IDLE": "idle", "TARGET_VERIFY": "verify", "VERIFY": "verify", "DRAFT": "draft",
+                  "DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "DRAFT_LOOP": "draft"}
+
+
+def is_runner_function(name: str) -> bool:
+    """A python function (torch.profiler with stack) that is a model runner's step: vLLM's
+    `…/gpu_model_runner.py(N): execute_model`. The Chrome reader keeps these as ranges."""
+    return name.endswith(": execute_model") and _RUNNER_FUNCTION.fullmatch(name) is not None
+
+
+def _graphrt(kind: str, inside: str) -> Marker:
+    fields = dict(part.split("=", 1) for part in inside.split(",") if "=" in part)
+    size = int(fields["bs"]) if fields.get("bs", "").isdigit() else None
+    if kind == "replay":
+        return Marker(GRAPHRT, "graphrt replay[...]", ANNOTATION, "decode", padded_to=size, mode="graph")
+    mode = inside.split(",")[0]
+    return Marker(GRAPHRT, "graphrt decode_step[...]", ANNOTATION, "decode", padded_to=size,
+                  mode=mode if mode in ("eager", "piecewise") else None)
+
+
+def _sglang(stage: str, rest: str) -> Marker:
+    f = {k: int(v) for k, v in _FIELDS.findall(rest)}
+    form = "SGLang step[...]"
+    if stage == "DRAFT_LOOP":  # raw_bs real rows in a graph of bs
+        return Marker(SGLANG, form, ANNOTATION, "draft", f.get("raw_bs"), padded_to=f.get("bs"))
+    phase = _SGLANG_PHASES.get(stage, UNKNOWN)
+    if stage == "MIXED" and "c" in f and "g" in f:
+        phase = _phase(f["c"], f["g"])
+    sums = [f[k] for k in ("c_sq", "g_sq") if k in f]
+    tokens = f.get("toks") if "toks" in f else sum(sums) if sums else None
+    return Marker(SGLANG, form, ANNOTATION, phase, f.get("bs"), tokens)
+
+
+def _atom(phase: str, bs: str, padded: str | None, rest: str | None) -> Marker:
+    f = {k: int(v) for k, v in _FIELDS.findall(rest or "")}
+    if phase == "decode" and f.get("p"):
+        phase = "mixed"
+    return Marker(ATOM, "ATOM prefill[...]/decode[...]", ANNOTATION, phase, int(bs), f.get("tok"),
+                  int(padded) if padded else None)
+
+
+def parse(name: str) -> Marker | None:
+    """The marker `name` is, or None for a range that marks no step."""
+    if m := _GRAPHRT.fullmatch(name):
+        return _graphrt(m.group(1), m.group(2))
+    if m := _VLLM.fullmatch(name):
+        c, ct, g, gt = map(int, m.groups())
+        return Marker(VLLM, "vLLM execute_context_…_generation_…", ANNOTATION, _phase(c, g), c + g, ct + gt)
+    if m := _VLLM_DETAILED.fullmatch(name):
+        total, c, _, g, _ = map(int, m.groups())
+        return Marker(VLLM, "vLLM execute_N_context_…_generation_…", ANNOTATION, _phase(c, g), c + g, total)
+    if m := _VLLM_NEW_CACHED.fullmatch(name):
+        new, cached = map(int, m.groups())
+        phase = "prefill" if new and not cached else "idle" if not new and not cached else UNKNOWN
+        return Marker(VLLM, "vLLM execute_new_…_cached_…", ANNOTATION, phase, new + cached)
+    if m := _SGLANG.fullmatch(name):
+        return _sglang(m.group(1), m.group(2))
+    if m := _ATOM.fullmatch(name):
+        return _atom(*m.groups())
+    if m := _TRTLLM.fullmatch(name):
+        c, _, g = m.groups()
+        return Marker(TRTLLM, "TensorRT-LLM _forward_step", ANNOTATION, _phase(int(c), int(g)), int(c) + int(g))
+    if _PROFILER_STEP.fullmatch(name):
+        return Marker(PROFILER, "torch.profiler ProfilerStep#N", PROFILER_ITERATION)
+    if is_runner_function(name):
+        return Marker(VLLM, "vLLM model runner execute_model (python function)", RUNNER_FUNCTION)
+    return None
+
+
+def step_mode(graph_launches: int, launches_recorded: bool, marker: Marker) -> str:
+    """How a step ran: `eager` (no graph launch), `graph` (one), `piecewise` (several), where the
+    trace records launch calls; else as its marker says (graphrt's own), else unknown."""
+    if launches_recorded:
+        return "eager" if not graph_launches else "graph" if graph_launches == 1 else "piecewise"
+    return marker.mode or UNKNOWN
+
+
+def group_label(marker: Marker, mode: str) -> str:
+    """The group an engine's step counts in, by phase, batch and mode: `decode bs=32 (graph)`."""
+    phase = "step" if marker.phase == UNKNOWN else marker.phase
+    batch = "" if marker.requests is None else f" bs={marker.requests}"
+    return f"{phase}{batch} ({mode})"
+
+
+@dataclass(frozen=True)
+class Step:
+    """A range chosen as a step (by index into `Trace.ranges`), what its marker says, how it
+    ran, and the group it counts in: graphrt's own steps and `ProfilerStep#N` group by name
+    (graphrt.trace.analysis.names.group_name), an engine's by `group_label`."""
+
+    range: int
+    marker: Marker
+    mode: str
+    group: str
+
+
+def choose_steps(names: Sequence[str], parent: Sequence[int | None], threads: Sequence[tuple[int, int]],
+                 starts: Sequence[int], ends: Sequence[int]) -> list[tuple[int, Marker]]:
+    """The steps among ranges named `names`, by start, each counted once where markers nest.
+    `parent[r]` is the innermost range around r on its thread, `threads[r]` its (pid, tid).
+
+    A marker loses to one around it of a lower tier, and to one inside it of a lower or the same
+    tier (the inner one is the engine's model step, the outer a wrapper round it). A
+    `ProfilerStep#N` spans its whole process, so it also loses to any other step that began
+    inside it on another thread of the process."""
+    marks = {r: m for r, name in enumerate(names) if (m := parse(name)) is not None}
+    beaten: set[int] = set()
+    for r, m in marks.items():
+        p = parent[r]
+        while p is not None:
+            outer = marks.get(p)
+            if outer is not None and outer.tier < m.tier:
+                beaten.add(r)
+            if outer is not None and m.tier <= outer.tier:
+                beaten.add(p)
+            p = parent[p]
+    chosen = sorted((r for r in marks if r not in beaten), key=lambda r: starts[r])
+    begun: dict[int, list[tuple[int, int]]] = {}  # per process: (start, tid) of its other steps, by start
+    for r in chosen:
+        if marks[r].tier < PROFILER_ITERATION:
+            begun.setdefault(threads[r][0], []).append((starts[r], threads[r][1]))
+
+    def beaten_elsewhere(r: int) -> bool:
+        others = begun.get(threads[r][0], [])
+        first = bisect.bisect_left(others, (starts[r], -1))
+        return any(tid != threads[r][1] for start, tid in
+                   itertools.takewhile(lambda o: o[0] < ends[r], itertools.islice(others, first, None)))
+
+    return [(r, marks[r]) for r in chosen if marks[r].tier < PROFILER_ITERATION or not beaten_elsewhere(r)]
