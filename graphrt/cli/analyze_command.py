@@ -11,6 +11,7 @@ import click
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.trace import load_trace
+from graphrt.trace.analysis.engine_capture import CaptureAttribution, CaptureGroup, attribute, captures
 from graphrt.trace.analysis.idle import BetweenPieces, StepLaunchIdle, between_pieces, step_launch_idle
 from graphrt.trace.analysis.ledger import eager_decode, fallback, ledger
 from graphrt.trace.analysis.membership import Membership
@@ -20,6 +21,7 @@ from graphrt.trace.analysis.rank_steps import (CollectiveTime, RankGroup, collec
                                                rank_dirs, ranks_dict)
 from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace, compare_steps
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines, whole_trace
+from graphrt.trace.present.capture_tables import capture_attribution_dict, format_capture_attribution
 from graphrt.trace.present.step_ledger import (TraceStep, fallback_dict, format_engine_steps, ledger_dict,
                                                steps_dict, trace_steps)
 from graphrt.trace.present.step_tables import (format_launch_idle, format_replay_modules, launch_idle_dict,
@@ -58,6 +60,17 @@ class _Analysed:
     whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
     collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
     between: list[BetweenPieces | None]  # per step of `launch_idle`: what it ran between its pieces
+    captures: list[CaptureGroup]  # the graphs it captured, where it is an engine's capture trace
+
+    def attributed(self, groups: list[CaptureGroup]) -> dict[str, list[CaptureAttribution]]:
+        """Per group of its engine steps that replayed graphs, each step's replayed kernels
+        attributed from the capture `groups` (steps that none attributes left out)."""
+        out: dict[str, list[CaptureAttribution]] = {}
+        if self.report.engine_steps:
+            for record, timeline in zip(self.report.steps, self.timelines):
+                if record.mode in ("graph", "piecewise") and (found := attribute(timeline, groups)):
+                    out.setdefault(record.step.group, []).append(found)
+        return out
 
     @property
     def steps(self) -> list[TraceStep]:
@@ -90,7 +103,7 @@ def _analyse(path: Path, quiet: bool = False) -> _Analysed:
     with_kernels = [t for t in timelines if t.unit == "kernel"]
     return _Analysed(analyze_trace(trace, membership), timelines, [step_launch_idle(t) for t in with_kernels],
                      None if timelines else whole_trace(trace, membership), collective_time(trace, membership),
-                     [between_pieces(t) for t in with_kernels])
+                     [between_pieces(t) for t in with_kernels], captures(trace))
 
 
 @click.command()
@@ -148,6 +161,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     for found in modules:
         click.echo()
         click.echo(format_replay_modules(found, top=top))
+    from_captures = _from_captures(analysed, top)
     attributed = {m.replay.rpartition(": ")[2] for m in modules}
     replays = {t.group: t.unit for a in analysed for t in a.timelines if is_replay(t.group) and t.work}
     for group, unit in replays.items():
@@ -164,10 +178,30 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         write_json(json_path, {"traces": [a.json() for a in analysed],
                                "comparisons": [comparison_dict(c) for c in comparisons],
                                "replay_modules": [replay_modules_dict(m) for m in modules],
+                               "capture_attribution": from_captures,
                                **(ranks_dict(ranks) if ranks else {})})
         click.echo(f"wrote {json_path}")
     if fail_on_eager_decode:
         _refuse_eager_decode([(str(p), a) for p, a in zip(files, analysed)])
+
+
+def _from_captures(analysed: list[_Analysed], top: int) -> list[dict]:
+    """Print, and give as JSON, each engine step group's replayed kernels attributed from the
+    capture traces among `analysed` (none where no capture trace was given)."""
+    groups = [g for a in analysed for g in a.captures]
+    if not groups:
+        return []
+    if not any(g.named for g in groups):
+        click.echo("\nnote: the capture traces' launch calls name no kernel (CUDA's runtime events carry none; "
+                   "ROCm's do): their graphs cannot be matched to the replayed kernels")
+        return []
+    out = []
+    for a in analysed:
+        for group, found in a.attributed(groups).items():
+            click.echo()
+            click.echo(format_capture_attribution(group, found, top))
+            out.append(capture_attribution_dict(group, found))
+    return out
 
 
 def _ranks(analysed: list[_Analysed]) -> list[list[RankGroup]] | None:

@@ -256,3 +256,26 @@ def test_a_directory_of_rank_files_shows_the_ranks_side_by_side(tmp_path):
     assert code == 0 and f"== {tmp_path / 'run'}: 2 ranks" in text
     assert [(r["rank"], [g["name"] for g in r["step_groups"]]) for r in figures["ranks"]] == [
         (0, ["decode bs=8 (graph)"]), (1, ["decode bs=8 (graph)"])]
+
+
+def test_the_readme_shows_what_analyze_prints_of_sglangs_trace(tmp_path):
+    readme = (Path(__file__).parents[2] / "README.md").read_text().split("### A serving engine's trace", 1)[1]
+    command, shown = re.findall(r"```(?:sh)?\n(.*?)```", readme, re.S)[:2]
+    assert command.split()[:2] == ["graphrt", "analyze"]
+    _engine_trace("sglang_decode")
+    _, text, _, _ = analyze(tmp_path, *(ENGINES / "sglang_decode" / p for p in command.split()[2:]))
+    printed = text.splitlines()
+    # a line cut short with "..." shows the start of a printed line
+    missing = [line for line in shown.splitlines() if not any(
+        out.startswith(line.removesuffix("...").rstrip()) if line.endswith("...") else out == line for out in printed)]
+    assert not missing
+
+
+def test_without_an_annotation_vllms_runner_function_makes_the_step(tmp_path):
+    doc = _load(_engine_trace("vllm_decode_full"))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "user_annotation"]
+    (step,) = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))[3]["traces"][0]["steps"]
+    (runner,) = [e for e in doc["traceEvents"] if e.get("cat") == "python_function"
+                 and e["name"].endswith("gpu_model_runner.py(3380): execute_model")]
+    assert (step["name"], step["phase"], step["batch"], step["mode"]) == (runner["name"], "unknown", None, "graph")
+    assert step["dur_ns"] == _ns(runner["dur"])

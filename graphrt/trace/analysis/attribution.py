@@ -25,7 +25,7 @@ replayed kernel its node, no alignment is needed: `look_up` reads each kernel's 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MATCHED, BETWEEN, UNATTRIBUTED = "matched", "between", "unattributed"
 
@@ -81,6 +81,7 @@ class Attribution:
 
     stacks: list[tuple[str, ...] | None]
     how: list[str]
+    sources: list[int | None] = field(default_factory=list)  # per item, the reference item whose stack it took
 
     @property
     def attributed(self) -> int:
@@ -106,6 +107,7 @@ def carry_over(reference: Sequence[Hashable], stacks: Sequence[tuple[str, ...]],
         for a, b in zip(latest, earliest)]
     result: list[tuple[str, ...] | None] = [None if p is None else tuple(stacks[p]) for p in partner]
     how = [UNATTRIBUTED if p is None else MATCHED for p in partner]
+    sources = list(partner)
     # the nearest matched partner before each item
     before: list[int | None] = []
     last = None
@@ -119,8 +121,8 @@ def carry_over(reference: Sequence[Hashable], stacks: Sequence[tuple[str, ...]],
             continue
         prev = before[j]
         if prev is not None and after is not None and calls[prev] is not None and calls[prev] == calls[after]:
-            result[j], how[j] = tuple(stacks[prev]), BETWEEN
-    return Attribution(result, how)
+            result[j], how[j], sources[j] = tuple(stacks[prev]), BETWEEN, prev
+    return Attribution(result, how, sources)
 
 
 def look_up(nodes: Mapping[int, tuple[str, ...]], node_ids: Sequence[int | None]) -> Attribution:

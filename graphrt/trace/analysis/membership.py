@@ -50,7 +50,7 @@ def _threads(spans: Table, rows: np.ndarray | None = None) -> list[np.ndarray]:
     return np.split(order, breaks) if len(order) else []
 
 
-def _parents(spans: Table) -> np.ndarray:
+def parent_of_each(spans: Table) -> np.ndarray:
     """For each span, the innermost other span on its thread that contains it (NONE if none)."""
     parent = np.full(len(spans), NONE, dtype=np.int64)
     ends = spans.ints("end_ns")
@@ -64,7 +64,7 @@ def _parents(spans: Table) -> np.ndarray:
     return parent
 
 
-def _top_level(spans: Table) -> np.ndarray:
+def top_level(spans: Table) -> np.ndarray:
     """The spans no other span on their thread contains, in index order. In start order (longer
     first), a span is contained exactly when an earlier one on its thread ends no sooner."""
     ends = spans.ints("end_ns")
@@ -76,7 +76,7 @@ def _top_level(spans: Table) -> np.ndarray:
     return np.sort(np.concatenate(top)) if top else np.zeros(0, dtype=np.int64)
 
 
-def _innermost(ranges: Table, parent: np.ndarray, items: Table, rows: np.ndarray) -> np.ndarray:
+def innermost_open(ranges: Table, parent: np.ndarray, items: Table, rows: np.ndarray) -> np.ndarray:
     """Per item of `rows`, the innermost range open on its thread when it began (NONE if none)."""
     found = np.full(len(rows), NONE, dtype=np.int64)
     if not len(ranges) or not len(rows):
@@ -128,18 +128,18 @@ class Membership:
     @classmethod
     def of(cls, trace: Trace) -> Membership:
         ranges, calls, ops = trace.ranges, trace.api_calls, trace.cpu_ops
-        parent = _parents(ranges)
+        parent = parent_of_each(ranges)
         kinds = call_kinds(calls)
         launches = np.flatnonzero(np.array([k is not None for k in kinds], dtype=bool))
         call_home = np.full(len(calls), NONE, dtype=np.int64)
         linked = trace.kernels.ints("launch")
         # only a launch call's home is asked for (a kernel's launch is one): others lie in no list
         homed = np.union1d(launches, linked[linked != ABSENT])
-        call_home[homed] = _innermost(ranges, parent, calls, homed)
+        call_home[homed] = innermost_open(ranges, parent, calls, homed)
         kernel_home = np.full(len(linked), NONE, dtype=np.int64)
         kernel_home[linked != ABSENT] = call_home[linked[linked != ABSENT]]
-        top_ops = _top_level(ops)
-        op_home = _innermost(ranges, parent, ops, top_ops)
+        top_ops = top_level(ops)
+        op_home = innermost_open(ranges, parent, ops, top_ops)
         membership = cls(
             parent=_optional(parent),
             kernels=_spread(parent, range(len(kernel_home)), kernel_home.tolist()),

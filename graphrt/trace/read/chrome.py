@@ -5,12 +5,14 @@ Only complete events (`"ph": "X"`, a start `ts` and a `dur`, both in microsecond
 graphrt uses; by category (`cat`):
 
 - `user_annotation`: a `record_function` range on a CPU thread -> `Range`;
-- `python_function` (a trace recorded with stack): only a model runner's step function
+- `python_function` (a trace recorded with stack): a model runner's step function
   (graphrt.trace.analysis.markers.is_runner_function), a step marker where an engine wrote no
-  annotation -> `Range` in the `python` domain; the other frames are not kept;
+  annotation -> `Range` in the `python` domain; a module's call (`nn.Module: Qwen2MLP_3`, with
+  `with_modules`) -> `Trace.frames`; the other frames are not kept;
 - `cpu_op`: an aten operator on a CPU thread -> `CpuOp` (on a CPU build of torch, the only
   record of the work a step did);
-- `cuda_runtime` / `cuda_driver`: `cudaLaunchKernel`, `cudaGraphLaunch`, ... -> `ApiCall`;
+- `cuda_runtime` / `cuda_driver`: `cudaLaunchKernel`, `cudaGraphLaunch`, ... -> `ApiCall` (with
+  `args.kernel`, the kernel's name, where ROCm's HIP calls give it);
 - `kernel`: a kernel on the GPU -> `Kernel`, linked to its launching call by `args.correlation`;
   a replayed graph node's carries `args["graph node id"]` (0 for a kernel launched on its own),
   and with newer kinetos `args["graph id"]` beside it (`_graph_node`).
@@ -41,6 +43,7 @@ __all__ = ["GZIP_MAGIC", "read_chrome_trace"]
 
 RANGE_CATEGORIES = frozenset({"user_annotation"})
 PYTHON_CATEGORIES = frozenset({"python_function"})
+MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
 OP_CATEGORIES = frozenset({"cpu_op"})
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 KERNEL_CATEGORIES = frozenset({"kernel"})
@@ -54,6 +57,7 @@ class _Args(msgspec.Struct, gc=False):
     stream: Number | None = None
     graph_node: Number | None = msgspec.field(name="graph node id", default=None)
     graph: Number | None = msgspec.field(name="graph id", default=None)
+    kernel: str | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -116,7 +120,12 @@ def _add(trace: Trace, e: _Event, names: dict[str, str]) -> None:
     start = ts * 1000 if type(ts) is int else _ns(ts if ts is not None else _missing("ts"))
     end = start + (dur * 1000 if type(dur) is int else _ns(dur or 0))
     if cat in PYTHON_CATEGORIES:
-        if e.name is not None and is_runner_function(e.name):
+        if e.name is None:
+            return
+        if e.name.startswith(MODULE_FRAME):
+            trace.frames.append(names.setdefault(e.name, e.name), start, end, _thread(e.pid), _thread(e.tid),
+                                PYTHON_DOMAIN)
+        elif is_runner_function(e.name):
             trace.ranges.append(names.setdefault(e.name, e.name), start, end, _thread(e.pid), _thread(e.tid),
                                 PYTHON_DOMAIN)
         return
@@ -132,7 +141,8 @@ def _add(trace: Trace, e: _Event, names: dict[str, str]) -> None:
         trace.ranges.append(name, start, end, pid, tid, "")
     elif cat in API_CATEGORIES:
         if args.correlation is not None:
-            trace.api_calls.append(name, start, end, pid, tid, int(args.correlation))
+            kernel = names.setdefault(args.kernel, args.kernel) if args.kernel else ""
+            trace.api_calls.append(name, start, end, pid, tid, int(args.correlation), kernel)
     else:
         trace.kernels.append(name, start, end, int(args.device or 0),
                              None if args.stream is None else int(args.stream),
@@ -169,7 +179,7 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
         for field in ("rank", "world_size"):  # which rank of a distributed run wrote it
             if isinstance(distributed, dict) and isinstance(distributed.get(field), int):
                 trace.meta[field] = str(distributed[field])
-    for table in (trace.ranges, trace.cpu_ops, trace.api_calls, trace.kernels):
+    for table in (trace.ranges, trace.cpu_ops, trace.api_calls, trace.kernels, trace.frames):
         table.sorted_by_start()
     calls = trace.api_calls
     trace.kernels.set_ints("launch", link_launches(

@@ -43,7 +43,8 @@ class Range:
 @dataclass(frozen=True, slots=True)
 class ApiCall:
     """One CUDA runtime API call on the CPU; `name` without its version suffix
-    (`cudaLaunchKernel`, not `cudaLaunchKernel_v7000`)."""
+    (`cudaLaunchKernel`, not `cudaLaunchKernel_v7000`). `kernel`: the kernel a launch call
+    launches, where the trace names it (ROCm's runtime events do; CUDA's do not: "")."""
 
     name: str
     start_ns: int
@@ -51,6 +52,7 @@ class ApiCall:
     pid: int
     tid: int
     correlation_id: int
+    kernel: str = ""
 
     @property
     def duration_ns(self) -> int:
@@ -193,7 +195,7 @@ class Ranges(Table[Range]):
 
 
 class ApiCalls(Table[ApiCall]):
-    row, int_fields, str_fields = ApiCall, ("start_ns", "end_ns", "pid", "tid", "correlation_id"), ("name",)
+    row, int_fields, str_fields = ApiCall, ("start_ns", "end_ns", "pid", "tid", "correlation_id"), ("name", "kernel")
 
 
 class Kernels(Table[Kernel]):
@@ -206,7 +208,7 @@ class CpuOps(Table[CpuOp]):
     row, int_fields, str_fields = CpuOp, ("start_ns", "end_ns", "pid", "tid"), ("name",)
 
 
-_TABLES = {"ranges": Ranges, "kernels": Kernels, "api_calls": ApiCalls, "cpu_ops": CpuOps}
+_TABLES = {"ranges": Ranges, "kernels": Kernels, "api_calls": ApiCalls, "cpu_ops": CpuOps, "frames": Ranges}
 
 
 @dataclass
@@ -215,7 +217,10 @@ class Trace:
     readers sort them). Lists of items given here become tables.
 
     `kind` is "nsys" or "chrome"; `source` the file it was read from; `meta` what the file says
-    about its maker (e.g. {"nsys_version": "2022.4.2.1", "schema": "3.0.0"}).
+    about its maker (e.g. {"nsys_version": "2022.4.2.1", "schema": "3.0.0"}). `frames`: the
+    module calls a torch.profiler trace recorded with stack and modules shows as python frames
+    (`nn.Module: Qwen2MLP_3`), apart from `ranges`: they say which module launched what while a
+    graph was captured (graphrt.trace.analysis.engine_capture).
     """
 
     source: str
@@ -225,6 +230,7 @@ class Trace:
     api_calls: ApiCalls = field(default_factory=ApiCalls)
     cpu_ops: CpuOps = field(default_factory=CpuOps)
     meta: dict[str, str] = field(default_factory=dict)
+    frames: Ranges = field(default_factory=Ranges)
 
     def __post_init__(self) -> None:
         for name, table in _TABLES.items():

@@ -134,7 +134,8 @@ def _api_calls(schema: _Schema, strings: dict[int, str], progress: Progress | No
             names[n] = api_name(strings.get(n) or "?")
         tids = np.array(global_tids, dtype=np.int64)
         calls.extend(name=[names[n] for n in name_ids], start_ns=starts, end_ns=ends,
-                     pid=(tids >> 24) & 0xFFFFFF, tid=tids & 0xFFFFFF, correlation_id=correlations)
+                     pid=(tids >> 24) & 0xFFFFFF, tid=tids & 0xFFFFFF, correlation_id=correlations,
+                     kernel=[""] * len(starts))  # a CUDA runtime row names no kernel
     calls.sorted_by_start()
     return calls
 
