@@ -16,6 +16,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -279,3 +282,41 @@ def test_without_an_annotation_vllms_runner_function_makes_the_step(tmp_path):
                  and e["name"].endswith("gpu_model_runner.py(3380): execute_model")]
     assert (step["name"], step["phase"], step["batch"], step["mode"]) == (runner["name"], "unknown", None, "graph")
     assert step["dur_ns"] == _ns(runner["dur"])
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorRT-LLM: NVTX ranges in its own domain, in Nsight Systems traces
+
+TRTLLM_SCRIPT = """
+import time
+import nvtx
+# as TensorRT-LLM's PyExecutor._forward_step marks each iteration (tensorrt_llm._utils.nvtx_range)
+for i, (ctx, tokens, gen) in enumerate([(2, 512, 0), (0, 0, 8), (0, 0, 8), (1, 128, 7)]):
+    with nvtx.annotate(f"[Executor] _forward_step {i}: {ctx} ctx reqs, {tokens} ctx tokens, {gen} gen reqs",
+                       color="grey", domain="TensorRT-LLM"):
+        with nvtx.annotate("_update_requests", domain="TensorRT-LLM"):
+            time.sleep(0.002)
+"""
+
+
+@pytest.mark.nsys
+def test_tensorrt_llms_nvtx_step_ranges_make_its_steps_in_an_nsight_systems_trace(tmp_path):
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        pytest.skip("nsys (Nsight Systems CLI) not on PATH")
+    script = tmp_path / "executor.py"
+    script.write_text(TRTLLM_SCRIPT)
+    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-f", "true",
+                    "-o", str(tmp_path / "executor"), sys.executable, str(script)],
+                   check=True, capture_output=True, timeout=300)
+    export = tmp_path / "executor.sqlite"
+    subprocess.run([nsys, "export", "-t", "sqlite", "-q", "true", "-f", "true", "-o", str(export),
+                    str(tmp_path / "executor.nsys-rep")], check=True, capture_output=True, timeout=300)
+    code, text, err, figures = analyze(tmp_path, export, "--fail-on-eager-decode")
+    steps = figures["traces"][0]["steps"]
+    assert [(s["engine"], s["phase"], s["batch"]) for s in steps] == [
+        ("TensorRT-LLM", "prefill", 2), ("TensorRT-LLM", "decode", 8), ("TensorRT-LLM", "decode", 8),
+        ("TensorRT-LLM", "mixed", 8)]
+    # no launch call recorded (a CPU): how each step ran cannot be told, and the gate says so
+    assert {s["mode"] for s in steps} == {"unknown"}
+    assert code == 1 and "cannot tell whether decode ran without graphs" in err
