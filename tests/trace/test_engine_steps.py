@@ -320,3 +320,12 @@ def test_tensorrt_llms_nvtx_step_ranges_make_its_steps_in_an_nsight_systems_trac
     # no launch call recorded (a CPU): how each step ran cannot be told, and the gate says so
     assert {s["mode"] for s in steps} == {"unknown"}
     assert code == 1 and "cannot tell whether decode ran without graphs" in err
+
+
+def test_steps_caps_the_step_list_and_zero_leaves_the_ledger_alone(tmp_path):
+    path = _save(as_decode_steps([8] * 6), tmp_path / "decode.json.gz")
+    _, two, _, figures = analyze(tmp_path, path, "--steps", "2")
+    assert "Step by step (the first 2 of 6; every step is in --json)" in two
+    assert len(figures["traces"][0]["steps"]) == 6
+    _, none, _, _ = analyze(tmp_path, path, "--steps", "0")
+    assert "Steps by phase, mode and batch" in none and "Step by step" not in none

@@ -119,7 +119,9 @@ def format_engine_steps(report: TraceReport, steps: Sequence[TraceStep], found: 
     out = [format_markers(report)]
     if line := format_fallback(found):
         out.append(line)
-    out += ["", format_ledger(ledger(report.steps)), "", format_steps(steps, limit)]
+    out += ["", format_ledger(ledger(report.steps))]
+    if limit:
+        out += ["", format_steps(steps, limit)]
     return "\n".join(out)
 
 
