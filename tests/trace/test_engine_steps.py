@@ -178,16 +178,17 @@ def _profiler_steps(doc: dict) -> list[dict]:
     return sorted((e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"])
 
 
-def as_decode_steps(batches: list[int], eager: int | None = None) -> dict:
+def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset()) -> dict:
     """The V100 trace with its i-th ProfilerStep renamed to vLLM's marker of a decode step of
-    batches[i]; with `eager`, that step's graph launch on its thread (and the kernels it ran)
-    taken out, so it launches every kernel itself."""
+    batches[i] (or to batches[i] itself, where it is a name); each step of `eager` has its graph
+    launch on its thread (and the kernels that launch ran) taken out, so it launches every
+    kernel itself."""
     doc = _load(V100)
     steps = _profiler_steps(doc)
     for step, batch in zip(steps, batches, strict=True):
-        step["name"] = f"execute_context_0(0)_generation_{batch}({batch})"
-    if eager is not None:
-        step = steps[eager]
+        step["name"] = batch if isinstance(batch, str) else f"execute_context_0(0)_generation_{batch}({batch})"
+    for i in ({eager} if isinstance(eager, int) else eager):
+        step = steps[i]
         (launch,) = [e for e in doc["traceEvents"] if e.get("name") == "cudaGraphLaunch" and e["tid"] == step["tid"]
                      and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
         gone = launch["args"]["correlation"]
@@ -209,6 +210,16 @@ def test_a_decode_step_that_ran_eagerly_among_replays_is_named_with_its_batch(tm
     assert trace["fallback"]["eager_step_starts_ns"] == [trace["steps"][2]["start_ns"]]
     assert [(r["phase"], r["mode"], r["batch"], r["steps"]) for r in trace["ledger"]] == [
         ("decode", "graph", 8, 5), ("decode", "eager", 17, 1)]
+
+
+def test_the_ledger_and_the_fallback_list_batches_smallest_first_and_unstated_last(tmp_path):
+    doc = as_decode_steps([16, "decode_step[eager]", 17, 3, 8, 2], eager={1, 2, 3})
+    _, text, _, figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))
+    trace = figures["traces"][0]
+    assert [(r["batch"], r["mode"]) for r in trace["ledger"]] == [
+        (2, "graph"), (3, "eager"), (8, "graph"), (16, "graph"), (17, "eager"), (None, "eager")]
+    assert [b["batch"] for b in trace["fallback"]["eager_batches"]] == [3, 17, None]
+    assert "ran eagerly (batch 3: 1 step, 17: 1 step, ?: 1 step) while 3 decode steps replayed" in text
 
 
 def test_without_the_planted_step_no_fallback_is_named(tmp_path):
@@ -234,6 +245,8 @@ def test_an_eager_step_is_set_against_the_replays_of_its_own_batch(tmp_path):
     _, text, _, figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))
     (comparison,) = figures["comparisons"]
     assert (comparison["baseline"], comparison["other"]) == ("decode bs=8 (eager)", "decode bs=8 (graph)")
+    assert [(r["batch"], r["mode"], r["steps"]) for r in figures["traces"][0]["ledger"]] == [
+        (8, "eager", 1), (8, "graph", 5)]  # within a batch, eager first
     metrics = {m["metric"]: (m["baseline"], m["other"]) for m in comparison["metrics"]}
     assert metrics["graph_launches"] == (0, 1)
     assert "decode bs=8 (graph) against decode bs=8 (eager) (median per step)" in text

@@ -13,6 +13,7 @@ from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNN
     ("execute_context_0(0)_generation_32(32)", "vLLM", "decode", 32, 32, None),
     ("execute_context_2(14721)_generation_0(0)", "vLLM", "prefill", 2, 14721, None),
     ("execute_context_1(6144)_generation_3(3)", "vLLM", "mixed", 4, 6147, None),
+    ("execute_context_0(0)_generation_0(0)", "vLLM", "idle", 0, 0, None),
     # vLLM 0.26+ detailed: the leading number is every scheduled token
     ("execute_6147_context_2(sq6144sk7144sqsq20971520sqsk23019520)_generation_3(sq3sk6144sqsq3sqsk6144)",
      "vLLM", "mixed", 5, 6147, None),
@@ -28,6 +29,8 @@ from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNN
     ("step[DECODE bs=64 g_sq=128 g_sqsq=256 g_sqsk=262144 g_sk=131072 forward_id=9]", "SGLang", "decode", 64, 128,
      None),
     ("step[MIXED bs=2]", "SGLang", "mixed", 2, None, None),
+    ("step[MIXED bs=2 c=1 g=1 c_sq=5 c_sk=8 c_sqsq=25 c_sqsk=40 g_sq=1 g_sk=12 g_sqsq=1 g_sqsk=12]",
+     "SGLang", "mixed", 2, 6, None),
     ("step[MIXED bs=3 c=0 g=3 c_sq=0 c_sk=0 c_sqsq=0 c_sqsk=0 g_sq=3 g_sk=12 g_sqsq=3 g_sqsk=12]",
      "SGLang", "decode", 3, 3, None),
     ("step[IDLE bs=0]", "SGLang", "idle", 0, None, None),
@@ -46,6 +49,7 @@ from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNN
     ("[Executor] _forward_step: 2 ctx reqs, 0 gen reqs", "TensorRT-LLM", "prefill", 2, None, None),
     ("[Executor] _forward_step 42: 1 ctx reqs, 7 gen reqs", "TensorRT-LLM", "mixed", 8, None, None),
     ("[Executor] _forward_step 42: 1 ctx reqs, 512 ctx tokens, 7 gen reqs", "TensorRT-LLM", "mixed", 8, None, None),
+    ("[Executor] _forward_step 43: 0 ctx reqs, 0 ctx tokens, 0 gen reqs", "TensorRT-LLM", "idle", 0, None, None),
     # graphrt's own: a replay states its graph's size, not the live rows
     ("decode_step[eager]", "graphrt", "decode", None, None, None),
     ("replay[bs=8]", "graphrt", "decode", None, None, 8),
@@ -56,6 +60,17 @@ from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNN
 def test_a_marker_states_its_engine_phase_and_batch(name, engine, phase, requests, tokens, padded_to):
     m = parse(name)
     assert (m.engine, m.phase, m.requests, m.tokens, m.padded_to) == (engine, phase, requests, tokens, padded_to)
+    # the output names each step's marker by its engine; annotations outrank the rest where they nest
+    assert m.form.startswith(engine) and (m.tier == ANNOTATION) == (engine not in ("torch.profiler",) and
+                                                                  not name.endswith("execute_model"))
+
+
+@pytest.mark.parametrize("name, mode", [
+    ("decode_step[eager]", "eager"), ("decode_step[piecewise,bs=2]", "piecewise"), ("replay[bs=8]", "graph"),
+    ("decode_step[compile]", None), ("decode_step[hf]", None), ("step[DECODE bs=2]", None),
+])
+def test_only_graphrts_own_markers_say_how_the_step_ran(name, mode):
+    assert parse(name).mode == mode
 
 
 @pytest.mark.parametrize("name", [
