@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import interruptible, sigint_ignored
 from click.testing import CliRunner
 
 from graphrt.bench.scenario import load_scenario
@@ -162,8 +163,9 @@ def test_sigint_mid_sweep_leaves_earlier_files_and_writes_a_partial_result(tmp_p
     # the child imports this checkout's graphrt and runs in its root, where `make mutate`'s
     # config (setup.cfg) is found by the mutated copy's trampolines
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "graphrt", "bench", str(scenario), "--out", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with sigint_ignored():  # as when the suite runs as a background job: the child must still hear it
+        proc = interruptible([sys.executable, "-m", "graphrt", "bench", str(scenario), "--out", str(out)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while _points_saved(out, earlier) < 2 and proc.poll() is None:
         assert time.monotonic() < deadline, "two points did not finish in two minutes"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import interruptible
 
 from graphrt.backends import peer
 from graphrt.measure import nvtx
@@ -57,7 +58,7 @@ def test_a_run_stopped_in_a_later_mode_keeps_the_modes_that_finished(tmp_path):
     # The run is stopped (as a timeout would) once its last mode, compile, has started: the
     # rows and the JSON of the three modes before it are already out.
     out = tmp_path / "run.json"
-    child = subprocess.Popen(
+    child = interruptible(
         [sys.executable, "-m", "graphrt", "run", "--model", "tiny", "--device", "cpu",
          "--steps", "4", "--mode", "all", "--json", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
