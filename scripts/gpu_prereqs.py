@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import shutil
 import sys
-import sysconfig
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, installed or not
+from graphrt.backends.toolchain import missing_for_compile  # noqa: E402 (torch-free)
 
 # importable name -> what a missing one stops
 STEPS = {
@@ -42,19 +43,6 @@ def _version(module: str) -> str | None:
         return importlib.metadata.version(module)
     except importlib.metadata.PackageNotFoundError:
         return "installed"
-
-
-def _compile_toolchain(device: str) -> list[str]:
-    """What torch.compile lacks here: Triton on CUDA, a C/C++ compiler, Python's headers."""
-    missing = []
-    if device == "cuda" and _version("triton") is None:
-        missing.append("triton")
-    compilers = ("cc", "gcc", "clang") if device == "cuda" else ("g++", "c++", "clang++")
-    if not any(shutil.which(c) for c in compilers):
-        missing.append(f"a compiler ({' or '.join(compilers)}) on PATH")
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
-        missing.append("Python.h (python3-dev)")
-    return missing
 
 
 def _torch(device: str) -> str | None:
@@ -87,7 +75,7 @@ def main(argv: list[str]) -> int:
             print(f"prereq: MISSING {', '.join(missing)}: skipping {STEPS[step]}")
         else:
             print(f"prereq: ok {', '.join(f'{m} {_version(m)}' for m in modules)}")
-    lacking = _compile_toolchain(device)
+    lacking = missing_for_compile(device)
     have["compile"] = have["graphrt"] and not lacking
     print(f"prereq: MISSING {', '.join(lacking)}: skipping {STEPS['compile']}" if lacking
           else "prereq: ok compile toolchain")
