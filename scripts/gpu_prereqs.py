@@ -10,12 +10,15 @@ naming every other missing prerequisite too, so one look at the machine finds th
 
 from __future__ import annotations
 
+import configparser
 import importlib
 import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, installed or not
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout, installed or not
 from graphrt.backends.toolchain import missing_for_compile  # noqa: E402 (torch-free)
 
 # importable name -> what a missing one stops
@@ -45,11 +48,31 @@ def _version(module: str) -> str | None:
         return "installed"
 
 
+def torch_floor(setup_cfg: Path = REPO / "setup.cfg") -> tuple[int, ...]:
+    """The oldest torch graphrt runs on, as setup.cfg's requirement states it (`torch>=2.5`)."""
+    config = configparser.ConfigParser()
+    config.read(setup_cfg)
+    (floor,) = re.findall(r"^torch>=([\d.]+)$", config["options"]["install_requires"], re.M)
+    return tuple(int(part) for part in floor.split("."))
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version: "2.11.0+cu130" -> (2, 11, 0)."""
+    return tuple(int(part) for part in re.match(r"\d+(\.\d+)*", version).group().split("."))
+
+
 def _torch(device: str) -> str | None:
-    """One line on torch and the device it runs on; None when nothing graphrt can run."""
+    """One line on torch and the device it runs on; None when nothing graphrt can run. The
+    checkout is on PYTHONPATH, not installed: pip never checked torch against graphrt's floor,
+    so it is checked here."""
     torch_version = _version("torch")
     if torch_version is None:
         print("prereq: MISSING torch: nothing can run")
+        return None
+    floor = torch_floor()
+    if _release(torch_version) < floor:
+        print(f"prereq: MISSING torch >= {'.'.join(map(str, floor))} (this is torch {torch_version}, "
+              "older than graphrt runs on): nothing can run")
         return None
     import torch
 
