@@ -13,12 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from graphrt.bench import engines, measure_sizes, plan_check, plan_report
+from graphrt.bench import engines, measure_sizes, plan_check, plan_fit, plan_report
 from graphrt.bench.optimize import Budget, choose, evaluate
 from graphrt.bench.results import versions
 from graphrt.bench.traffic import Traffic, read_traffic
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
+from graphrt.model.config import resolve
+from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec
 
@@ -55,15 +57,31 @@ def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[d
     return doc.get("per_size", [])
 
 
-def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None) -> dict[str, Any]:
-    """The plan document (see the README's `graphrt plan`); `say(done, total, label)` hears of
-    the measuring as it goes."""
+def _fits(spec: RunSpec, sizes: tuple[int, ...], tell: Callable[[str], None]) -> None:
+    """Say what measuring `sizes` takes, and refuse it where the device has too little free."""
+    config, _ = resolve(spec.model)
+    device = resolve_device(spec.device)
+    where = hardware.device_name(device) if device.type == "cuda" else "this machine"
+    fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, resolve_dtype(spec.dtype, device).itemsize,
+                       hardware.memory(device).free, where)
+    tell(fit.describe())
+    fit.check()
+
+
+def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None,
+              tell: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The plan document (see the README's `graphrt plan`). Before anything is loaded, `tell`
+    hears what the measuring will take (and a measuring the device cannot hold is refused);
+    `say(done, total, label)` hears of the measuring as it goes, from the first size on."""
     traffic = read_traffic(options["traffic"])
     lists = _lists(traffic, options["engine_max_batch"] or max(traffic), options["check"])
     top = max(_covers(traffic, lists))
     spec = RunSpec(model=options["model"], device=options["device"], dtype=options["dtype"], batch=top,
                    prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
                    seed=options["seed"])
+    sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
+    if not options["measurements"]:
+        _fits(spec, sizes, tell)
     config, model, device, dtype = load(spec)
     dtype_name = str(dtype).removeprefix("torch.")
     if options["measurements"]:
@@ -71,7 +89,6 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
             _load_measurements(options["measurements"], config.name, device.type, dtype_name),
             options["measurements"])
     else:
-        sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
         measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
                                          spec.seed, on_measure=say)
     figures = measure_sizes.interpolate(measured, top)

@@ -109,7 +109,7 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
 
     progress = _Progress()
     try:
-        doc = make_plan(options, say=progress)
+        doc = make_plan(options, say=progress, tell=lambda line: click.echo(line, err=True))
     finally:
         progress.close()
     print_plan(doc, traffic_line)
