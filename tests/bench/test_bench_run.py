@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from graphrt.bench.scenario import load_scenario
 from graphrt.bench.sweep import Sweep
 from graphrt.cli.main import main
+from graphrt.measure import nvtx
 from graphrt.measure.roofline import step_cost
 from graphrt.model.config import PRESETS
 
@@ -144,6 +145,53 @@ def test_an_interrupt_keeps_the_finished_points_and_says_where(tmp_path):
     assert [(p["batch"], p["context"]) for p in doc["points"]] == [(1, 16)]
     assert doc["stopped_at"] == {"point": 2, "of": 24, "label": "tiny batch 2 context 16",
                                  "mode": "graph"}
+
+
+SHORT_SWEEP = """
+models = ["tiny"]
+modes = ["eager", "graph"]
+batch_sizes = [1, 2, 3]
+context_lengths = [16]
+steps = 3
+warmup = 1
+repeats = 1
+peer = false
+"""
+
+
+def test_every_point_is_timed_before_any_point_is_counted(tmp_path):
+    # counting opens a profiler session on CUDA, and CUPTI stays attached after it, taxing every
+    # later eager launch: no point may be timed once one is counted (each timed decode begins
+    # with its prefill)
+    path = tmp_path / "short.toml"
+    path.write_text(SHORT_SWEEP)
+    sweep = Sweep(load_scenario(path))
+    heard = []
+    with nvtx.record_to([]) as events:
+        doc = sweep.run(on_measure=heard.append)
+    pushes = [name for kind, name in events if kind == "push"]
+    prefills = [i for i, name in enumerate(pushes) if name == "prefill"]
+    counts = [name for name in pushes if name.startswith("count[")]
+    assert len(prefills) == 3 * 2 and max(prefills) < pushes.index("count[eager]")
+    assert counts == ["count[eager]", "count[graph]"] * 3
+    for point in doc["points"]:
+        eager, graph = point["modes"]["eager"], point["modes"]["graph"]
+        assert eager["ops_per_step"] > 0 and graph["ops_per_step"] >= eager["ops_per_step"]
+    assert len(heard) == sweep.total and heard[-1] == "tiny batch 3 context 16: counting launches"
+
+
+def test_a_sweep_stopped_while_counting_keeps_its_timed_points_with_launches_unknown(tmp_path):
+    path = tmp_path / "short.toml"
+    path.write_text(SHORT_SWEEP)
+
+    def stop_at_the_second_count(label):
+        if label == "tiny batch 2 context 16: counting launches":
+            raise KeyboardInterrupt
+
+    doc = Sweep(load_scenario(path)).run(on_measure=stop_at_the_second_count)
+    assert doc["partial"] is True and len(doc["points"]) == 3
+    assert [p["modes"]["eager"]["ops_per_step"] is None for p in doc["points"]] == [False, True, True]
+    assert doc["stopped_at"]["label"] == "tiny batch 2 context 16: counting launches"
 
 
 def _points_saved(out, earlier) -> int:
