@@ -64,7 +64,8 @@ limit[tp1]=22           # torch.distributed.run, one NCCL rank: capture and tear
 limit[plan]=20          # qwen2-0.5b for scenarios/plan-traffic.json: 6 sizes measured (each captured
                         # in one pool and alone, eager and replayed steps in 2 rounds), the optimum,
                         # the chosen list captured and 200 sampled steps with the sizes re-timed (~15 s)
-limit[sweep]=18         # eager vs graph at batch 1..64; a cut sweep keeps its points (~15 s)
+limit[sweep]=22         # eager vs graph at batch 1..64, then each point's graphs captured again
+                        # and its steps counted, after all timing; a cut sweep keeps its points (~17 s)
 
 planned=0
 for name in "${PLAN[@]}"; do planned=$((planned + limit[$name])); done

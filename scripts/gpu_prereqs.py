@@ -10,12 +10,16 @@ naming every other missing prerequisite too, so one look at the machine finds th
 
 from __future__ import annotations
 
+import configparser
 import importlib
 import importlib.metadata
-import shutil
+import re
 import sys
-import sysconfig
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout, installed or not
+from graphrt.backends.toolchain import missing_for_compile  # noqa: E402 (torch-free)
 
 # importable name -> what a missing one stops
 STEPS = {
@@ -44,24 +48,31 @@ def _version(module: str) -> str | None:
         return "installed"
 
 
-def _compile_toolchain(device: str) -> list[str]:
-    """What torch.compile lacks here: Triton on CUDA, a C/C++ compiler, Python's headers."""
-    missing = []
-    if device == "cuda" and _version("triton") is None:
-        missing.append("triton")
-    compilers = ("cc", "gcc", "clang") if device == "cuda" else ("g++", "c++", "clang++")
-    if not any(shutil.which(c) for c in compilers):
-        missing.append(f"a compiler ({' or '.join(compilers)}) on PATH")
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
-        missing.append("Python.h (python3-dev)")
-    return missing
+def torch_floor(setup_cfg: Path = REPO / "setup.cfg") -> tuple[int, ...]:
+    """The oldest torch graphrt runs on, as setup.cfg's requirement states it (`torch>=2.5`)."""
+    config = configparser.ConfigParser()
+    config.read(setup_cfg)
+    (floor,) = re.findall(r"^torch>=([\d.]+)$", config["options"]["install_requires"], re.M)
+    return tuple(int(part) for part in floor.split("."))
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version: "2.11.0+cu130" -> (2, 11, 0)."""
+    return tuple(int(part) for part in re.match(r"\d+(\.\d+)*", version).group().split("."))
 
 
 def _torch(device: str) -> str | None:
-    """One line on torch and the device it runs on; None when nothing graphrt can run."""
+    """One line on torch and the device it runs on; None when nothing graphrt can run. The
+    checkout is on PYTHONPATH, not installed: pip never checked torch against graphrt's floor,
+    so it is checked here."""
     torch_version = _version("torch")
     if torch_version is None:
         print("prereq: MISSING torch: nothing can run")
+        return None
+    floor = torch_floor()
+    if _release(torch_version) < floor:
+        print(f"prereq: MISSING torch >= {'.'.join(map(str, floor))} (this is torch {torch_version}, "
+              "older than graphrt runs on): nothing can run")
         return None
     import torch
 
@@ -87,7 +98,7 @@ def main(argv: list[str]) -> int:
             print(f"prereq: MISSING {', '.join(missing)}: skipping {STEPS[step]}")
         else:
             print(f"prereq: ok {', '.join(f'{m} {_version(m)}' for m in modules)}")
-    lacking = _compile_toolchain(device)
+    lacking = missing_for_compile(device)
     have["compile"] = have["graphrt"] and not lacking
     print(f"prereq: MISSING {', '.join(lacking)}: skipping {STEPS['compile']}" if lacking
           else "prereq: ok compile toolchain")

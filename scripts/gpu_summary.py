@@ -75,7 +75,7 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             # the step's time over its HBM floor (its bytes at the peak bandwidth)
             "over_hbm_floor": 1 / m["bandwidth_share_of_peak"] if m["bandwidth_share_of_peak"] else None,
             "hf_kernels_per_step": run.get("hf_ops_per_step"),
-            "graph_MiB_per_bucket": {bs: {k: v / MIB for k, v in mem.items()}
+            "graph_MiB_per_bucket": {bs: {k: None if v is None else v / MIB for k, v in mem.items()}
                                      for bs, mem in m["graph_memory_per_bucket"].items()},
             "prepare_s": m["prepare_s"], "lint_s": m.get("lint_s"),
         })
@@ -83,7 +83,9 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
 
 
 def _memory(per_bucket: dict[str, dict[str, float]]) -> str:
-    return ", ".join(f"{bs}: " + " / ".join(f"{v:.1f}" for v in mem.values()) for bs, mem in per_bucket.items())
+    """Each bucket's figures in MiB; "-" where a figure cannot be the graph's (a negative drop)."""
+    return ", ".join(f"{bs}: " + " / ".join("-" if v is None else f"{v:.1f}" for v in mem.values())
+                     for bs, mem in per_bucket.items())
 
 
 def _sweep_rows(sweep: dict) -> list[dict[str, Any]]:

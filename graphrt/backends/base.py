@@ -19,8 +19,9 @@ class PrepareReport:
     memory_bytes: int = 0
     notes: list[str] = field(default_factory=list)
     # per captured batch bucket, in capture order: {"pool_bytes": ..., "device_bytes": ...}
-    # (device_bytes, the drop in the device's free memory, only for CUDA graphs)
-    buckets: dict[int, dict[str, int]] = field(default_factory=dict)
+    # (device_bytes, the drop in the device's free memory, only for CUDA graphs; None where the
+    # drop cannot be the graph's)
+    buckets: dict[int, dict[str, int | None]] = field(default_factory=dict)
     lint_seconds: float | None = None  # the graph backend's lint of the step, before capture
     # per captured batch bucket, the seconds its capture took (warmup included)
     capture_seconds: dict[int, float] = field(default_factory=dict)

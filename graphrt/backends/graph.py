@@ -22,11 +22,13 @@ from graphrt.model.decoder import Qwen2ForCausalLM
 T = TypeVar("T")
 
 
-def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int]:
+def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int | None]:
     """What one bucket's graphs (one, or a piecewise step's several) took, summed."""
     memory = {"pool_bytes": sum(graph.memory_bytes for graph in graphs)}
-    if all(isinstance(graph, CudaGraph) for graph in graphs):
-        memory["device_bytes"] = sum(graph.device_bytes for graph in graphs)  # pragma: no mutate (CUDA only)
+    if all(isinstance(graph, CudaGraph) for graph in graphs):  # pragma: no mutate block (CUDA only)
+        taken = [graph.device_bytes for graph in graphs]
+        # None where one of them cannot say (graphrt.graphs.pool.device_bytes_taken)
+        memory["device_bytes"] = None if None in taken else sum(taken)
     return memory
 
 

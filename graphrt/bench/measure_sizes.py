@@ -1,11 +1,14 @@
 """Per batch size: the eager step, the replayed step, the graph's memory and capture time.
 
-The sizes of a grid are measured on one model and one KV cache: every size's graph is captured
-largest first into one pool (`GraphBackend.prepare`, as a server captures its list), which gives
-each graph's increment to a pool larger graphs filled and its capture time; then each size
-decodes eagerly and through its graph, timed as `graphrt run` times a mode (`run.decode`: the
-steps after warmup), in two rounds, eager first then replayed first, so that a machine that
-slows down in between weighs on both modes alike (as `graphrt bench` interleaves its modes).
+The sizes of a grid are measured on one model and one KV cache. First every size runs one eager
+step, so that no size's figures pay for what a process does once (the cuBLAS handle, lazily
+loaded kernels, attention's set-up) and none depends on the order of measuring. Then every
+size's graph is captured largest first into one pool (`GraphBackend.prepare`, as a server
+captures its list), which gives each graph's increment to a pool larger graphs filled and its
+capture time; then each size decodes eagerly and through its graph (`run.decode`: the steps after
+warmup, each from an idle device, `DRAINED`), in two rounds, eager first then replayed first, so
+that a machine that slows down in between weighs on both modes alike (as `graphrt bench`
+interleaves its modes).
 On CUDA each size but the largest is also captured alone into a fresh pool, for what it costs
 as the first (largest) graph of a plan; a tape keeps its own tensors whatever the pool, so there
 the two are one figure (graphrt.bench.optimize states the model). Sizes between grid points are interpolated linearly and say so.
@@ -24,9 +27,17 @@ from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.errors import GraphrtError
 from graphrt.graphs import graph_kind
+from graphrt.measure.nvtx import nvtx_range
 from graphrt.measure.stats import Stats
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.run.decode import decode, random_prompt
+
+
+# Every step the plan times (these per-size figures, and the check's sample through the captured
+# plan, graphrt.bench.plan_check) starts on an idle device: a step the check runs after queued
+# replays is then timed as the same step was here, its launch cost included either way.
+DRAINED = True
+FIRST_STEP = "first_step[bs={}]"  # the range around each size's first step, before any is measured
 
 
 @dataclass(frozen=True)
@@ -91,27 +102,45 @@ def _interleaved(eager: Backend, graphs: Backend, prompt: torch.Tensor, steps: i
     samples: dict[Backend, list[float]] = {eager: [], graphs: []}
     for order in ((eager, graphs), (graphs, eager)):
         for backend in order:
-            samples[backend] += decode(backend, prompt, warmup + per_round, warmup, keep_logits=False).step_ms
+            samples[backend] += decode(backend, prompt, warmup + per_round, warmup, keep_logits=False,
+                                       drained=DRAINED).step_ms
     return Stats.of(samples[eager]), Stats.of(samples[graphs])
+
+
+def _first_steps(model: Qwen2ForCausalLM, sizes: tuple[int, ...], position: int,
+                 say: Callable[[int, int, str], None], total: int) -> None:
+    """One eager step of every size, each in a `first_step[bs=N]` range: what the process does
+    once for a shape happens here, before any size is measured. The cache slot it writes is
+    written again by every decode after it."""
+    device = model.lm_head.weight.device
+    eager = EagerBackend(model)
+    with torch.inference_mode():
+        for done, bs in enumerate(sizes):
+            say(done, total, f"first step of batch {bs}")
+            with nvtx_range(FIRST_STEP.format(bs)):
+                eager.step(torch.zeros(bs, 1, dtype=torch.long, device=device),
+                           torch.full((bs,), position, dtype=torch.long, device=device))
 
 
 def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup: int,
             prompt_len: int, seed: int = 0,
             on_measure: Callable[[int, int, str], None] | None = None) -> dict[int, SizeFigures]:
     """Figures of every size in `sizes` (ascending), measured on `model`. `on_measure(done,
-    total, label)` hears of each part as it starts: the captures, then each size."""
-    total = len(sizes) + 1
+    total, label)` hears of each part as it starts: each size's first step, the captures, then
+    each size's timing."""
+    total = 2 * len(sizes) + 1
     say = on_measure or (lambda done, total, label: None)
     device = model.lm_head.weight.device
     model.setup_cache(sizes[-1], prompt_len + steps)
-    say(0, total, f"capturing {len(sizes)} graphs")
+    _first_steps(model, sizes, prompt_len, say, total)
+    say(len(sizes), total, f"capturing {len(sizes)} graphs")
     alone = _alone(model, sizes)
     graphs = GraphBackend(model, sizes)
     prepared = graphs.prepare(sizes[-1])
     eager = EagerBackend(model)
     prompt = random_prompt(sizes[-1], prompt_len, model.config.vocab_size, seed)
     figures = {}
-    for done, bs in enumerate(sizes, 1):
+    for done, bs in enumerate(sizes, len(sizes) + 1):
         say(done, total, f"batch {bs}")
         e, g = _interleaved(eager, graphs, prompt[:bs], steps, warmup)
         shared = (prepared.buckets[bs]["pool_bytes"], prepared.capture_seconds[bs])

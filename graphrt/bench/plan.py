@@ -13,32 +13,66 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from graphrt.bench import engines, measure_sizes, plan_check, plan_report
+import torch
+
+from graphrt.backends.choices import default_buckets
+from graphrt.bench import engines, measure_sizes, plan_check, plan_fit, plan_report
+from graphrt.bench.engine_lists import EngineList, ServedOn, engine_lists
 from graphrt.bench.optimize import Budget, choose, evaluate
 from graphrt.bench.results import versions
 from graphrt.bench.traffic import Traffic, read_traffic
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
+from graphrt.model.config import ModelConfig, resolve
+from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec
 
-FORMAT = "graphrt-plan/2"  # 2: the check's means, each with its band (measured, retimed, predicted)
-MEASUREMENTS_FROM = ("graphrt-plan/1", FORMAT)  # their per_size is the same
+FORMAT = "graphrt-plan/3"  # 3: engines' lists as their servers resolve them (engines, served_on)
+MEASUREMENTS_FROM = ("graphrt-plan/1", "graphrt-plan/2", FORMAT)  # their per_size is the same
+GIB = 1 << 30
 
 
-def _lists(traffic: Traffic, max_batch: int, checks: tuple[tuple[int, ...], ...]
-           ) -> list[tuple[str, tuple[int, ...], bool]]:
-    """(name, sizes, padding) of every list the plan is set against."""
-    lists = [(name, sizes, name != engines.TRTLLM) for name, sizes in engines.defaults(max_batch).items()]
-    return lists + [(f"--check {','.join(map(str, c))}", c, True) for c in checks]
+def served_on(device: torch.device, device_memory_gib: float | None) -> tuple[ServedOn, str]:
+    """The device the engines' lists are resolved for, and how the plan says so: the device
+    planned on, or one of `device_memory_gib` (whose name and chip are then not known)."""
+    if device_memory_gib is not None:
+        return ServedOn(round(device_memory_gib * GIB), "", False), f"{device_memory_gib:g} GiB (--device-memory)"
+    if device.type == "cuda":  # pragma: no mutate block (CUDA only)
+        props = torch.cuda.get_device_properties(device)
+        return (ServedOn(props.total_memory, props.name, props.major == 10),
+                f"{props.total_memory / GIB:.1f} GiB, {props.name}")
+    total = hardware.memory(device).total or 0
+    return (ServedOn(total, "", False),
+            f"{total / GIB:.1f} GiB, this machine's memory (--device-memory to plan for a GPU)")
 
 
-def _covers(traffic: Traffic, lists: list[tuple[str, tuple[int, ...], bool]]) -> list[int]:
+def _lists(traffic: Traffic, resolved: list[EngineList], checks: tuple[tuple[int, ...], ...]) -> list[EngineList]:
+    """Every list the plan is set against: the engines', graphrt's powers of two for the
+    traffic's largest batch, and each --check."""
+    return [*resolved, EngineList("powers of two", default_buckets(max(traffic)), True, None, {}),
+            *(EngineList(f"--check {','.join(map(str, c))}", c, True, None, {}) for c in checks)]
+
+
+def _covers(traffic: Traffic, lists: list[EngineList]) -> list[int]:
     """The traffic's largest batch, and the size each padded list runs it as: the sizes a
     comparison cannot do without (the largest of them is the largest size measured)."""
     largest = max(traffic)
-    return [largest, *(next((s for s in sorted(sizes) if s >= largest), largest)
-                       for _, sizes, padded in lists if padded)]
+    return [largest, *(next((s for s in listed.decode_sizes() if s >= largest), largest)
+                       for listed in lists if listed.padding)]
+
+
+def _engine_record(listed: EngineList, traffic: Traffic) -> dict[str, Any]:
+    """An engine's list as the plan's JSON holds it, with a note where the plan charges some of
+    the traffic's steps as it cannot run them: vLLM's piecewise graphs, which it does not measure."""
+    record = {"name": listed.name, "sizes": list(listed.sizes), "padding": listed.padding,
+              "full_graphs_up_to": listed.full_graphs_up_to, "assumed": listed.assumed, "note": None}
+    full = listed.decode_sizes()
+    piecewise = [b for b in traffic if max(full, default=0) < b <= listed.sizes[-1]]
+    if piecewise and listed.assumed.get("cudagraph_mode") == "FULL_AND_PIECEWISE":
+        record["note"] = (f"its decode batches {min(piecewise)}..{max(piecewise)} replay piecewise graphs "
+                          "(FULL_AND_PIECEWISE), which plan does not measure: charged as eager steps, an upper bound")
+    return record
 
 
 def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[dict]:
@@ -55,15 +89,33 @@ def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[d
     return doc.get("per_size", [])
 
 
-def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None) -> dict[str, Any]:
-    """The plan document (see the README's `graphrt plan`); `say(done, total, label)` hears of
-    the measuring as it goes."""
+def _fits(spec: RunSpec, config: ModelConfig, sizes: tuple[int, ...], tell: Callable[[str], None]) -> None:
+    """Say what measuring `sizes` takes, and refuse it where the device has too little free."""
+    device = resolve_device(spec.device)
+    where = hardware.device_name(device) if device.type == "cuda" else "this machine"
+    fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, resolve_dtype(spec.dtype, device).itemsize,
+                       hardware.memory(device).free, where)
+    tell(fit.describe())
+    fit.check()
+
+
+def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None,
+              tell: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The plan document (see the README's `graphrt plan`). Before anything is loaded, `tell`
+    hears what the measuring will take (and a measuring the device cannot hold is refused);
+    `say(done, total, label)` hears of the measuring as it goes, from the first size on."""
     traffic = read_traffic(options["traffic"])
-    lists = _lists(traffic, options["engine_max_batch"] or max(traffic), options["check"])
+    config, _ = resolve(options["model"])
+    device_facts, device_said = served_on(resolve_device(options["device"]), options["device_memory"])
+    resolved = engine_lists(options["engine_setting"], device_facts, config.max_position_embeddings)
+    lists = _lists(traffic, resolved, options["check"])
     top = max(_covers(traffic, lists))
     spec = RunSpec(model=options["model"], device=options["device"], dtype=options["dtype"], batch=top,
                    prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
                    seed=options["seed"])
+    sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
+    if not options["measurements"]:
+        _fits(spec, config, sizes, tell)
     config, model, device, dtype = load(spec)
     dtype_name = str(dtype).removeprefix("torch.")
     if options["measurements"]:
@@ -71,7 +123,6 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
             _load_measurements(options["measurements"], config.name, device.type, dtype_name),
             options["measurements"])
     else:
-        sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
         measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
                                          spec.seed, on_measure=say)
     figures = measure_sizes.interpolate(measured, top)
@@ -83,7 +134,8 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
                     if options[name] is not None)
     chosen, frontier = choose(problem, budget, said or None)
     rows = [plan_report.Row("chosen", chosen),
-            *(plan_report.baseline(problem, name, sizes, max(traffic), padded) for name, sizes, padded in lists),
+            *(plan_report.baseline(problem, listed.name, listed.decode_sizes(), max(traffic), listed.padding,
+                                   len(listed.sizes) - len(listed.decode_sizes())) for listed in lists),
             plan_report.Row("all eager", evaluate(problem, ()))]
     doc: dict[str, Any] = {
         "format": FORMAT, "model": config.name, "device": device.type, "dtype": dtype_name,
@@ -93,7 +145,9 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
         "traffic": {str(b): n for b, n in traffic.items()},
         "budget": {"max_graphs": options["max_graphs"], "memory_mib": options["memory"],
                    "capture_seconds": options["capture_seconds"]},
-        "engine_max_batch": options["engine_max_batch"] or max(traffic),
+        "served_on": {"memory_bytes": device_facts.memory, "name": device_facts.name,
+                      "blackwell": device_facts.blackwell, "said": device_said},
+        "engines": [_engine_record(listed, traffic) for listed in resolved],
         "per_size": measure_sizes.to_records(figures),
         "chosen": plan_report.row_dict(rows[0]),
         "baselines": [plan_report.row_dict(r) for r in rows[1:]],

@@ -7,6 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from graphrt.bench.engine_lists import said
 from graphrt.bench.measure_sizes import SizeFigures
 from graphrt.bench.optimize import Plan, Problem, evaluate
 
@@ -36,13 +37,15 @@ class Row:
     unused: int = 0  # sizes of the list above every batch of the traffic, left out of its figures
 
 
-def baseline(problem: Problem, name: str, sizes: tuple[int, ...], largest: int, padding: bool = True) -> Row:
+def baseline(problem: Problem, name: str, sizes: tuple[int, ...], largest: int, padding: bool = True,
+             unused: int = 0) -> Row:
     """A list as an engine runs it: the sizes that can serve this traffic (up to the first that
     holds its `largest` batch, or up to it without padding) are evaluated; those above serve
-    none of it and are counted as unused, not charged."""
+    none of it and are counted as unused, not charged, with `unused` others of the list (those
+    no decode step replays)."""
     cover = next((s for s in sorted(sizes) if s >= largest), None) if padding else largest
     kept = tuple(s for s in sorted(set(sizes)) if cover is None or s <= cover)
-    return Row(name, evaluate(problem, kept, padding), padding, len(set(sizes)) - len(kept))
+    return Row(name, evaluate(problem, kept, padding), padding, len(set(sizes)) - len(kept) + unused)
 
 
 def row_dict(row: Row) -> dict[str, Any]:
@@ -57,6 +60,13 @@ def row_dict(row: Row) -> dict[str, Any]:
 def _sizes_text(sizes: list[int], limit: int = 12) -> str:
     text = ",".join(map(str, sizes[:limit]))
     return text + (f",… ({len(sizes)})" if len(sizes) > limit else "") if sizes else "-"
+
+
+def _ends_text(sizes: list[int]) -> str:
+    """A long list by its first and last sizes, and how many there are."""
+    if len(sizes) <= 10:
+        return ",".join(map(str, sizes))
+    return f"{','.join(map(str, sizes[:5]))},…,{','.join(map(str, sizes[-3:]))} ({len(sizes)} sizes)"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -83,6 +93,19 @@ def frontier_dicts(plans: dict[int, Plan]) -> list[dict[str, Any]]:
     return [{"graphs": k, **{key: v for key, v in row_dict(Row("", plan)).items()
                              if key in ("sizes", "expected_ms", "graph_bytes", "capture_s")}}
             for k, plan in plans.items()]
+
+
+def engine_lines(listed: list[dict[str, Any]]) -> list[str]:
+    """Each engine's list: what it assumed, its sizes, and its note."""
+    lines = []
+    for e in listed:
+        full = e["full_graphs_up_to"]
+        lines.append(f"{e['name']}: {said(e['assumed'])}")
+        lines.append(f"    {_ends_text(e['sizes'])}" + (f"; decode replays full graphs up to {full}"
+                                                         if full is not None and full < e["sizes"][-1] else ""))
+        if e["note"]:
+            lines.append(f"    note: {e['note']}")
+    return lines
 
 
 def export_lines(export: dict[str, dict]) -> list[str]:

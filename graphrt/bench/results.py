@@ -33,6 +33,7 @@ from graphrt.backends.peer import NAME as PEER
 from graphrt.bench.scenario import Point, Scenario
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
+from graphrt.measure.launches import StepLaunches
 from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.measure.stats import Stats
 from graphrt.run.decode import Generation
@@ -89,7 +90,6 @@ def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, 
     """One mode at one point: its repeats pooled into one distribution, and its roofline."""
     samples = [ms for run in runs for ms in run.step_ms]
     stats = Stats.of(samples)
-    launches = runs[0].launches
     return {
         "step_ms": _distribution(samples),
         "spread": stats.spread,
@@ -98,17 +98,32 @@ def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, 
         "repeat_medians_ms": [Stats.of(run.step_ms).median for run in runs],
         "host_ms": _distribution([ms for run in runs for ms in run.host_ms]),
         "tokens_per_s": batch * 1e3 / stats.median,
-        "ops_per_step": launches.ops,
-        "host_launches_per_step": launches.host_launches,
-        "graph_launches_per_step": launches.graph_launches,
-        "copies_per_step": launches.copies,  # cudaMemcpy*/cudaMemset* calls (CUDA)
-        "counted_in_profiler_session": launches.profiler_session,
+        **_launch_fields(runs[0].launches),
         "prepare_s": prepare.seconds,
         "graph_memory_bytes": prepare.memory_bytes,
         "peak_allocated_bytes": peak_allocated,
         "notes": prepare.notes,
         "roofline": roofline(cost, stats.median / 1e3, limits).to_dict(),
     }
+
+
+def _launch_fields(launches: StepLaunches | None) -> dict[str, int | None]:
+    """A mode's launch figures; None each where its step is not counted (yet)."""
+    if launches is None:
+        launches = StepLaunches(ops=None)
+    return {
+        "ops_per_step": launches.ops,
+        "host_launches_per_step": launches.host_launches,
+        "graph_launches_per_step": launches.graph_launches,
+        "copies_per_step": launches.copies,  # cudaMemcpy*/cudaMemset* calls (CUDA)
+        "counted_in_profiler_session": launches.profiler_session,
+    }
+
+
+def add_launches(point: dict[str, Any], counted: dict[str, StepLaunches]) -> None:
+    """A timed point's launch figures, counted after every point was timed (graphrt.bench.sweep)."""
+    for mode, launches in counted.items():
+        point["modes"][mode].update(_launch_fields(launches))
 
 
 def point_record(point: Point, scenario: Scenario, seq_len: int, memory: dict[str, Any],

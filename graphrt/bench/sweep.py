@@ -6,6 +6,13 @@ compile starts from a Dynamo reset, so shapes never turn dynamic and the recompi
 which Dynamo silently runs eager, is never reached) and measures the modes interleaved, repeat
 by repeat, so a slow spell of a shared machine spreads over all modes instead of landing on one.
 
+Every point is timed before any is counted. Counting a step's launches opens a profiler session
+on CUDA, and CUPTI stays attached after it, taxing every later eager launch far more than a
+graph's one (docs/design.md, "torch.profiler and CUPTI"): so once the last point is timed, each
+point's backends are made and prepared again and one step of each mode is counted, all in the
+same process, with no timing after. A sweep stopped before then keeps its timed points, their
+launches unknown (null).
+
 Points with tp > 1 run on tp ranks started through torch.distributed's launcher, as
 `graphrt run --tp` starts them, once for all the points of one model and tp: each rank loads its
 share and measures the points as above (without the peer: Hugging Face's step needs the whole
@@ -86,8 +93,9 @@ class Sweep:
 
     @property
     def total(self) -> int:
-        """Decodes the sweep runs: points x repeats x modes (no peer where tp > 1)."""
-        return sum(len(self._modes(p)) for p in self.points) * self.scenario.repeats
+        """Parts the sweep runs: points x repeats x modes decodes (no peer where tp > 1), and a
+        count of each point's launches."""
+        return sum(len(self._modes(p)) * self.scenario.repeats + 1 for p in self.points)
 
     def _modes(self, point: Point) -> tuple[str, ...]:
         return self.scenario.modes if point.tp > 1 else self.modes
@@ -114,28 +122,52 @@ class Sweep:
         limits = ceilings(self.dtype, measured)
         doc = results.new_document(self.scenario, self.device, self.dtype, measured,
                                    self.modes, self.peer_note)
+        uncounted: list[tuple[int, Point, dict[str, Any], dict[str, Generation]]] = []
+        held: dict[str, Qwen2ForCausalLM] = {}  # the model loaded last, by name
         try:
             for (name, tp), group in groupby(enumerate(self.points, 1), key=lambda item: (item[1].model, item[1].tp)):
                 if tp > 1:
                     self._on_ranks(list(group), limits, doc, on_measure, on_point)
                     continue
-                self._where = {"point": None, "label": f"loading {name}", "mode": None}
-                spec = RunSpec(model=name, device=self.scenario.device, dtype=self.scenario.dtype,
-                               seed=self.scenario.seed)
-                _, model, _, _ = load(spec)
-                after_load = _cuda_memory() if self.device.type == "cuda" else None
+                held.clear()  # before the next model is built
+                model, after_load = self._load(name)
+                held[name] = model
                 for number, point in group:
                     self._where = {"point": number, "label": point.label, "mode": None}
-                    doc["points"].append(self._measure(point, model, limits, after_load, on_measure))
+                    record, runs = self._measure(point, model, limits, after_load, on_measure)
+                    doc["points"].append(record)
+                    uncounted.append((number, point, record, runs))
                     if on_point:
                         on_point(doc)
-                del model  # before the next model is built
+                del model
+            # every point is timed: only now may a profiler session open (see the module)
+            for name, group in groupby(uncounted, key=lambda item: item[1].model):
+                if name not in held:
+                    held.clear()
+                    held[name] = self._load(name)[0]
+                model = held[name]
+                for number, point, record, runs in group:
+                    self._where = {"point": number, "label": f"{point.label}: counting launches", "mode": None}
+                    if on_measure:
+                        on_measure(self._where["label"])
+                    results.add_launches(record, self._count(point, model, runs))
+                    if on_point:
+                        on_point(doc)
+                del model
+            held.clear()
         except KeyboardInterrupt:
             doc["stopped_at"] = {**self._where, "of": len(self.points)}
             return doc
         doc["partial"] = False
         doc["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return doc
+
+    def _load(self, name: str) -> tuple[Qwen2ForCausalLM, dict[str, int] | None]:
+        """The model `name`, and the CUDA allocator's figures once it is loaded."""
+        self._where = {"point": None, "label": f"loading {name}", "mode": None}
+        spec = RunSpec(model=name, device=self.scenario.device, dtype=self.scenario.dtype, seed=self.scenario.seed)
+        _, model, _, _ = load(spec)
+        return model, _cuda_memory() if self.device.type == "cuda" else None
 
     def _on_ranks(self, numbered: list[tuple[int, Point]], limits: Ceilings, doc: dict[str, Any],
                   on_measure: Callable[[str], None] | None,
@@ -147,29 +179,46 @@ class Sweep:
                        f"points on {first.tp} ranks", "mode": None}
         records = launch.launch(_measure_on_rank, [self.scenario, points, limits], first.tp)[0]
         for point, record in zip(points, records):
-            # the ranks' progress is not seen from here: their decodes count once they are done
-            for label in (f"{point.label}: {m} ({r + 1}/{self.scenario.repeats})"
-                          for r in range(self.scenario.repeats) for m in self._modes(point)):
+            # the ranks' progress is not seen from here: their decodes and count are heard once done
+            for label in [*(f"{point.label}: {m} ({r + 1}/{self.scenario.repeats})"
+                            for r in range(self.scenario.repeats) for m in self._modes(point)),
+                          f"{point.label}: counting launches"]:
                 if on_measure:
                     on_measure(label)
             doc["points"].append(record)
             if on_point:
                 on_point(doc)
 
-    def _measure(self, point: Point, model: Qwen2ForCausalLM, limits: Ceilings,
-                 after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None,
-                 ranks: Ranks | None = None) -> dict[str, Any]:
-        s, cuda = self.scenario, self.device.type == "cuda"
+    def _backends(self, point: Point, model: Qwen2ForCausalLM, lint: bool = True) -> list[Backend]:
+        """A point's backends, fresh, on a cache sized afresh for them."""
         gc.collect()  # the last point's graphs and caches, before this point's memory is read
-        if cuda:
+        if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        if "compile" in s.modes:
+        if "compile" in self.scenario.modes:
             torch._dynamo.reset()
-        backends: list[Backend] = [make_backend(m, model) for m in s.modes]
+        backends: list[Backend] = [make_backend(m, model, lint=lint) for m in self.scenario.modes]
         if peer.NAME in self._modes(point):  # made per point like the others: its cache goes with them
             backends.append(peer.PeerBackend(model))
+        model.setup_cache(max(b.cache_rows(point.batch) for b in backends), self.scenario.max_seq_len(point))
+        return backends
+
+    def _count(self, point: Point, model: Qwen2ForCausalLM, runs: dict[str, Generation]) -> dict[str, Any]:
+        """What one step of each mode launches at `point`, on backends made and prepared again
+        (their step is the one timed: its work depends on shapes only), counted after every
+        point was timed. The lint ran when the point was timed."""
+        backends = self._backends(point, model, lint=False)
+        for b in backends:
+            b.prepare(point.batch)
+        return count_launches([(b, runs[b.name]) for b in backends], point.context)
+
+    def _measure(self, point: Point, model: Qwen2ForCausalLM, limits: Ceilings,
+                 after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None,
+                 ranks: Ranks | None = None) -> tuple[dict[str, Any], dict[str, Generation]]:
+        """A point timed: its record (launches not yet counted) and each mode's first decode,
+        whose first step `_count` counts later."""
+        s, cuda = self.scenario, self.device.type == "cuda"
+        backends = self._backends(point, model)
         seq_len = s.max_seq_len(point)
-        model.setup_cache(max(b.cache_rows(point.batch) for b in backends), seq_len)
         memory = self._memory(model, after_load)
 
         prepared, peaks = {}, dict.fromkeys((b.name for b in backends), 0)
@@ -197,11 +246,6 @@ class Sweep:
         if ranks is not None:  # in the same order on every rank: each gathers every rank's steps
             for gen in (gen for b in backends for gen in runs[b.name]):
                 gen.step_ms, gen.host_ms = slowest_per_step(gen.step_ms), slowest_per_step(gen.host_ms)
-        # after the timing: the profiler that counts on CUDA taxes launches
-        counted = count_launches([(b, runs[b.name][0]) for b in backends], point.context)
-        for b in backends:
-            runs[b.name][0].launches = counted[b.name]
-
         shapes = model.config if ranks is None else rank_shapes(model.config, split(model.config, ranks.rank, ranks.world))
         modes = {}
         for b in backends:
@@ -209,8 +253,9 @@ class Sweep:
             modes[b.name] = results.mode_record(
                 runs[b.name], prepared[b.name], step_cost(shapes, rows, seq_len, self.dtype.itemsize),
                 limits, point.batch, s.max_spread, peaks[b.name] if cuda else None)
-        return results.point_record(point, s, seq_len, memory, modes, runs,
-                                    tokens_comparable=point.context == s.prompt_len)
+        return (results.point_record(point, s, seq_len, memory, modes, runs,
+                                     tokens_comparable=point.context == s.prompt_len),
+                {b.name: runs[b.name][0] for b in backends})
 
     def _memory(self, model: Qwen2ForCausalLM, after_load: dict[str, int] | None) -> dict[str, Any]:
         caches = [layer.self_attn.cache for layer in model.model.layers]
@@ -237,7 +282,10 @@ def _measure_on_rank(scenario: Scenario, points: list[Point], limits: Ceilings) 
                    tp=me.world)
     _, model, _, _ = load(spec, me)
     after_load = _cuda_memory() if sweep.device.type == "cuda" else None
-    records = [sweep._measure(point, model, limits, after_load, None, me) for point in points]
+    timed = [sweep._measure(point, model, limits, after_load, None, me) for point in points]
+    for point, (record, runs) in zip(points, timed):  # counted once every point is timed
+        results.add_launches(record, sweep._count(point, model, runs))
+    records = [record for record, _ in timed]
     del model  # its graphs went with each point's backends; the group goes after them
     ranks_.leave()
     return records if me.leader else None

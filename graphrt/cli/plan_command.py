@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from graphrt.backends.choices import parse_buckets
+from graphrt.bench.engine_settings import Settings, parse_settings
 from graphrt.bench.traffic import describe, read_traffic
 from graphrt.io import check_writable, write_json
 from graphrt.model.config import PRESETS
@@ -40,8 +41,10 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     click.echo(f"{doc['model']} · {doc['machine']['device_name']} ({doc['device']}) · {doc['dtype']} · "
                f"traffic: {traffic_line}")
     click.echo(f"{len(doc['per_size'])} sizes, {measured} measured ({doc['timing']['steps']} steps each, "
-               f"{doc['timing']['warmup']} warmup), the rest interpolated; engines' defaults for a "
-               f"largest batch of {doc['engine_max_batch']}")
+               f"{doc['timing']['warmup']} warmup), the rest interpolated")
+    click.echo(f"engines' lists as their servers resolve them, served on {doc['served_on']['said']}:")
+    for line in plan_report.engine_lines(doc["engines"]):
+        click.echo(f"  {line}")
     click.echo(plan_report.table([doc["chosen"], *doc["baselines"]]))
     click.echo("\nfrontier (best plan per number of graphs):")
     click.echo(plan_report.frontier_table(doc["frontier"]))
@@ -63,6 +66,10 @@ def _buckets(ctx, param, values: tuple[str, ...]) -> tuple[tuple[int, ...], ...]
     return tuple(parse_buckets(v) for v in values)
 
 
+def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
+    return parse_settings(values)
+
+
 @click.command()
 @click.option("--model", default="qwen2-0.5b", show_default=True,
               help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory.")
@@ -82,8 +89,12 @@ def _buckets(ctx, param, values: tuple[str, ...]) -> tuple[tuple[int, ...], ...]
               help="Reuse the per-size figures of an earlier `graphrt plan --json` instead of measuring.")
 @click.option("--check", multiple=True, callback=_buckets,
               help="A capture list in use, e.g. 1,2,4,8, set against the plan (repeatable).")
-@click.option("--engine-max-batch", type=click.IntRange(min=1),
-              help="The engines' largest batch for their default lists [default: the traffic's largest].")
+@click.option("--engine-setting", multiple=True, callback=_settings, metavar="ENGINE.NAME=VALUE",
+              help="A setting passed to an engine's server, as the engine spells it (vllm.max_num_seqs=256, "
+                   "sglang.max_running_requests=64, tensorrt_llm.cuda_graph_config.enable_padding=true, ...): "
+                   "its default list is resolved as that server would (repeatable).")
+@click.option("--device-memory", type=click.FloatRange(min=0, min_open=True), metavar="GiB",
+              help="Resolve the engines' lists for a device of this much memory [default: the device planned on].")
 @click.option("--steps", type=click.IntRange(min=2), default=16, show_default=True,
               help="Decode steps per size and mode.")
 @click.option("--warmup", type=click.IntRange(min=1), default=4, show_default=True)
@@ -109,7 +120,7 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
 
     progress = _Progress()
     try:
-        doc = make_plan(options, say=progress)
+        doc = make_plan(options, say=progress, tell=lambda line: click.echo(line, err=True))
     finally:
         progress.close()
     print_plan(doc, traffic_line)

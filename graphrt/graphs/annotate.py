@@ -44,6 +44,7 @@ import inspect
 import json
 import mmap
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -144,16 +145,30 @@ def _scan_for_node_ids(files: list[Path]) -> str:
     return "`graph node id` (the node's toolsId) on replayed kernels"
 
 
+# kineto first wrote `graph node id` after torch 2.11 (docs/design.md, "torch.profiler and CUPTI")
+NODE_IDS_FROM = (2, 12)
+
+
+def _release(torch_version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version such as "2.11.0+cu130" or "2.12.0.dev20260101"."""
+    major, minor = torch_version.split(".")[:2]
+    return int(major), int(re.match(r"\d+", minor).group())
+
+
 @functools.cache
-def profiler_node_ids(libraries: Path = TORCH_LIBRARIES) -> str:
+def profiler_node_ids(libraries: Path = TORCH_LIBRARIES, torch_version: str = torch.__version__) -> str:
     """Which graph-node records this torch's profiler writes on a replayed kernel, read from the
     Chrome-trace field names its shared `libraries` hold (kineto is built into them): the node's
     whole toolsId as `graph node id`, or its lower 32 bits with a separate `graph id` (newer
     kineto), or none.
 
-    The libraries are read once per installed torch, not in every process (a CUDA build's are
-    gigabytes): the answer is kept in the user's cache directory under the libraries' names,
-    sizes and modification times, and read again only when one of them changes."""
+    A torch older than NODE_IDS_FROM writes none, and is answered from its version without a
+    read. Otherwise the libraries are read once per installed torch, not in every process (a
+    CUDA build's are gigabytes): the answer is kept in the user's cache directory under the
+    libraries' names, sizes and modification times, and read again only when one of them
+    changes."""
+    if _release(torch_version) < NODE_IDS_FROM:
+        return NO_NODE_IDS
     files = sorted(libraries.glob("*.so*"))
     key = [str(libraries), *([f.name, st.st_size, st.st_mtime_ns] for f in files for st in [f.stat()])]
     kept = _node_id_cache(libraries)

@@ -10,6 +10,7 @@ import torch
 from graphrt.errors import first_line
 from graphrt.graphs.annotate import NOT_REQUESTED, NodeAnnotations, NodeRanges, said
 from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
+from graphrt.graphs.pool import device_bytes_taken
 from graphrt.graphs.tape import CaptureMode
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ class CudaGraph:
     # With a shared pool, later (smaller) captures mostly reuse what the first one reserved.
     memory_bytes: int
     # Drop of the device's free memory (`torch.cuda.mem_get_info`) over warmup and capture: the
-    # pool plus what lives outside the allocator (cuBLAS workspaces, the graph's own buffers).
-    device_bytes: int
+    # pool plus what lives outside the allocator (cuBLAS workspaces, the graph's own buffers);
+    # None where free memory rose instead (graphrt.graphs.pool.device_bytes_taken)
+    device_bytes: int | None
     # Per kernel (and memcpy) node, by its toolsId (what a profiler calls its graph node id): the
     # graphrt ranges open when it was captured, outermost first (graphrt.graphs.annotate).
     node_ranges: NodeRanges = field(default_factory=dict)
@@ -69,6 +71,12 @@ def capture_cuda(
     """Warm up and capture `fn` (see graphrt.graphs.capture); with `annotate`, also record the
     ranges open at each node's capture where the machine can (`CudaGraph.node_ranges`)."""
     with torch.cuda.device(device):
+        # The device's free memory is read with nothing pending and nothing cached: blocks the
+        # allocator cached earlier (an eager step's prefill logits, a larger capture's warmup)
+        # would otherwise be released inside the window by the empty_cache below and make the
+        # graph's drop small or negative.
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
         free_before, _ = torch.cuda.mem_get_info(device)
         # Warm up and capture on one side stream (the pool's, shared by all its captures), so
         # lazy initialisation (cuBLAS handles and workspaces, autotuning) and the allocator's
@@ -107,4 +115,5 @@ def capture_cuda(
         torch.cuda.synchronize(device)
         memory = torch.cuda.memory_reserved(device) - reserved_before
         free_after, _ = torch.cuda.mem_get_info(device)
-    return CudaGraph(graph, device, memory, free_before - free_after, node_ranges, annotations.reason), out
+    return CudaGraph(graph, device, memory, device_bytes_taken(free_before, free_after), node_ranges,
+                     annotations.reason), out

@@ -48,6 +48,15 @@ class GraphPool:
     stream: Any = None  # torch.cuda.Stream
 
 
+def device_bytes_taken(free_before: int, free_after: int) -> int | None:
+    """What a capture took from the device: the drop in its free memory over the capture, or
+    None where free memory rose instead. A rise means something outside the capture released
+    memory inside its window (another process, or blocks cached before it): the drop then says
+    nothing of the graph, and a negative figure is never reported as its memory."""
+    taken = free_before - free_after
+    return taken if taken >= 0 else None
+
+
 def normalize_device(device: torch.device | str) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and device.index is None and torch.cuda.is_available():  # pragma: no mutate block (CUDA only)

@@ -25,6 +25,22 @@ def describe(device: torch.device) -> dict:
     return facts
 
 
+@dataclass(frozen=True)
+class Memory:
+    """A device's memory: its total and what is free now (None where the machine cannot say)."""
+
+    total: int | None
+    free: int | None
+
+
+def memory(device: torch.device) -> Memory:
+    """The GPU's memory on CUDA; on the CPU, the machine's (what Linux counts as available)."""
+    if device.type == "cuda":  # pragma: no mutate block (CUDA only)
+        free, total = torch.cuda.mem_get_info(device)
+        return Memory(total, free)
+    return Memory(host.meminfo("MemTotal"), host.meminfo("MemAvailable"))
+
+
 # --- peaks and measured throughput, for the roofline ---------------------------------------
 
 

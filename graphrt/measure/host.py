@@ -43,6 +43,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def meminfo(field: str, path: str = "/proc/meminfo") -> int | None:
+    """A figure of Linux's /proc/meminfo in bytes (`MemTotal`, `MemAvailable`), or None where
+    the machine has no such file or figure."""
+    try:
+        with open(path) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == field:
+                    return int(value.split()[0]) * 1024  # the file counts kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def describe(device: str, device_name: str, cuda_available: bool) -> dict:
     """Versions and the machine's facts around a device the caller names."""
     build = torch_build()

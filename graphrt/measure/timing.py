@@ -16,10 +16,16 @@ class StepTimer:
     On CUDA with events recorded on the current stream, read after one synchronize at the end:
     the GPU time between the start and the end of each step, with no sync inside the loop to
     hide launch overhead. On the CPU, where every op is synchronous, with `perf_counter`.
+
+    `drained`: on CUDA, the device finishes what was queued before each step starts, so every
+    step is timed from an idle GPU, its launch cost included whatever ran before it (behind
+    queued work, a step's start event fires late and its host's launching hides in the queue).
+    The sync is outside the timed window. A no-op on the CPU.
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, drained: bool = False):
         self.cuda = device.type == "cuda"  # pragma: no mutate (CUDA only)
+        self.drained = drained  # pragma: no mutate (CUDA only)
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []  # pragma: no mutate (CUDA only)
         self._cpu_ms: list[float] = []
 
@@ -27,6 +33,8 @@ class StepTimer:
     def step(self) -> Iterator[None]:
         if self.cuda:  # pragma: no mutate block (CUDA only: mutation runs on the CPU)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if self.drained:
+                torch.cuda.synchronize()
             start.record()
             yield
             end.record()

@@ -61,7 +61,7 @@ def pad_rows(rows: list[list[int]] | tuple[tuple[int, ...], ...]) -> tuple[torch
 
 def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
            keep_logits: bool = True, start: int | None = None,
-           lengths: torch.Tensor | None = None) -> Generation:
+           lengths: torch.Tensor | None = None, drained: bool = False) -> Generation:
     """Prefill `prompt` [B, T] eagerly, then `steps` greedy decode steps through `backend`.
 
     The first `warmup` steps (at least one) run and generate tokens like the others but are
@@ -74,6 +74,9 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
 
     `lengths` [B] are the rows' own prompt lengths when `prompt` is right-padded (`pad_rows`):
     each row continues from its last real token and decodes from its own position.
+
+    `drained`: each timed step starts on an idle device (`StepTimer`), as a step whose tokens a
+    server reads before the next does.
     """
     model = backend.model
     device = model.lm_head.weight.device
@@ -95,7 +98,7 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
             token = greedy(logits[torch.arange(batch, device=device), positions - 1])
         generated, kept, host_ms = [token], [], []
         keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
-        timer = StepTimer(device)
+        timer = StepTimer(device, drained)
         for i in range(steps):
             if i < warmup:
                 logits = backend.step(token, positions)

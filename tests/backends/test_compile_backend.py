@@ -14,6 +14,7 @@ from graphrt.run.equivalence import compare
 CPU = torch.device("cpu")
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 @pytest.mark.compiles
 def test_compiling_happens_in_prepare_and_the_step_generates_eager_tokens():
@@ -47,6 +48,7 @@ def test_missing_compiler_is_named(monkeypatch):
         CompileBackend(model).prepare(1)
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 def test_the_decode_loop_reuses_the_graph_prepare_compiled():
     # prepare() compiles with throwaway inputs; the decode loop then passes inference tensors.
@@ -65,6 +67,7 @@ def test_the_decode_loop_reuses_the_graph_prepare_compiled():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
+@pytest.mark.inductor
 @pytest.mark.slow
 @pytest.mark.compiles
 def test_a_whole_compile_run_timing_and_counting_compiles_the_step_once():

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import interruptible, sigint_ignored
 from click.testing import CliRunner
 
 from graphrt.bench.scenario import load_scenario
 from graphrt.bench.sweep import Sweep
 from graphrt.cli.main import main
+from graphrt.measure import nvtx
 from graphrt.measure.roofline import step_cost
 from graphrt.model.config import PRESETS
 
@@ -145,6 +147,53 @@ def test_an_interrupt_keeps_the_finished_points_and_says_where(tmp_path):
                                  "mode": "graph"}
 
 
+SHORT_SWEEP = """
+models = ["tiny"]
+modes = ["eager", "graph"]
+batch_sizes = [1, 2, 3]
+context_lengths = [16]
+steps = 3
+warmup = 1
+repeats = 1
+peer = false
+"""
+
+
+def test_every_point_is_timed_before_any_point_is_counted(tmp_path):
+    # counting opens a profiler session on CUDA, and CUPTI stays attached after it, taxing every
+    # later eager launch: no point may be timed once one is counted (each timed decode begins
+    # with its prefill)
+    path = tmp_path / "short.toml"
+    path.write_text(SHORT_SWEEP)
+    sweep = Sweep(load_scenario(path))
+    heard = []
+    with nvtx.record_to([]) as events:
+        doc = sweep.run(on_measure=heard.append)
+    pushes = [name for kind, name in events if kind == "push"]
+    prefills = [i for i, name in enumerate(pushes) if name == "prefill"]
+    counts = [name for name in pushes if name.startswith("count[")]
+    assert len(prefills) == 3 * 2 and max(prefills) < pushes.index("count[eager]")
+    assert counts == ["count[eager]", "count[graph]"] * 3
+    for point in doc["points"]:
+        eager, graph = point["modes"]["eager"], point["modes"]["graph"]
+        assert eager["ops_per_step"] > 0 and graph["ops_per_step"] >= eager["ops_per_step"]
+    assert len(heard) == sweep.total and heard[-1] == "tiny batch 3 context 16: counting launches"
+
+
+def test_a_sweep_stopped_while_counting_keeps_its_timed_points_with_launches_unknown(tmp_path):
+    path = tmp_path / "short.toml"
+    path.write_text(SHORT_SWEEP)
+
+    def stop_at_the_second_count(label):
+        if label == "tiny batch 2 context 16: counting launches":
+            raise KeyboardInterrupt
+
+    doc = Sweep(load_scenario(path)).run(on_measure=stop_at_the_second_count)
+    assert doc["partial"] is True and len(doc["points"]) == 3
+    assert [p["modes"]["eager"]["ops_per_step"] is None for p in doc["points"]] == [False, True, True]
+    assert doc["stopped_at"]["label"] == "tiny batch 2 context 16: counting launches"
+
+
 def _points_saved(out, earlier) -> int:
     """Points in the sweep's JSON so far (written whole, then renamed: never read half-written)."""
     written = [p for p in out.glob("long-*.json") if p != earlier]
@@ -162,8 +211,9 @@ def test_sigint_mid_sweep_leaves_earlier_files_and_writes_a_partial_result(tmp_p
     # the child imports this checkout's graphrt and runs in its root, where `make mutate`'s
     # config (setup.cfg) is found by the mutated copy's trampolines
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "graphrt", "bench", str(scenario), "--out", str(out)],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with sigint_ignored():  # as when the suite runs as a background job: the child must still hear it
+        proc = interruptible([sys.executable, "-m", "graphrt", "bench", str(scenario), "--out", str(out)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while _points_saved(out, earlier) < 2 and proc.poll() is None:
         assert time.monotonic() < deadline, "two points did not finish in two minutes"

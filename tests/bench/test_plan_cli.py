@@ -85,6 +85,35 @@ def test_measurements_of_an_earlier_plan_are_reused_without_measuring(planned, t
     assert (again["chosen"]["sizes"], again["chosen"]["expected_ms"]) == (best_of_two["sizes"], best_of_two["expected_ms"])
 
 
+def test_the_engines_lists_are_resolved_from_the_settings_passed_and_the_device_served_on(planned, tmp_path):
+    # a vLLM server of 256 sequences and 300 batched tokens, and SGLang on an 80 GB device: their
+    # lists end at 300 and at 256, whatever the traffic's largest batch (6 here)
+    where, _, _ = planned
+    result = CliRunner().invoke(main, ["plan", *FAST, "--traffic", str(where / "traffic.json"), "--no-verify",
+                                       "--measurements", str(where / "out.json"), "--device-memory", "80",
+                                       "--engine-setting", "vllm.max_num_seqs=256",
+                                       "--engine-setting", "vllm.max_num_batched_tokens=300",
+                                       "--json", str(tmp_path / "engines.json")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "engines.json").read_text())
+    vllm, sglang, trtllm = doc["engines"]
+    assert (vllm["sizes"][-1], vllm["full_graphs_up_to"], sglang["sizes"][-1], trtllm["sizes"][-1]) == (300, 256, 256, 128)
+    assert doc["served_on"]["said"] == "80 GiB (--device-memory)"
+    assert "served on 80 GiB (--device-memory):" in result.stdout
+    assert "vLLM (0.30.0): max_num_seqs 256, max_num_batched_tokens 300, max_model_len" in result.stdout
+    assert ",272,288,300 (38 sizes); decode replays full graphs up to 256" in result.stdout
+    assert ",240,248,256 (36 sizes)" in result.stdout
+
+
+def test_a_bad_engine_setting_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "traffic.json").write_text(json.dumps(TRAFFIC))
+    result = CliRunner().invoke(main, ["plan", *FAST, "--traffic", str(tmp_path / "traffic.json"),
+                                       "--engine-setting", "sglang.max_running_requests=many"])
+    assert result.exit_code == 1
+    assert result.output.strip() == ("error: --engine-setting sglang.max_running_requests=many: "
+                                     "expected a positive integer")
+
+
 def test_measurements_of_another_model_are_refused(planned):
     where, _, _ = planned
     result = CliRunner().invoke(main, ["plan", "--model", "qwen2-0.5b", "--traffic", str(where / "traffic.json"),

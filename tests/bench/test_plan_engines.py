@@ -1,4 +1,5 @@
-"""The engines' default capture lists, transcribed from their sources, and the exports."""
+"""The engines' capture lists as their servers resolve them, each rule on the cases of its source
+and on both sides of every tier and cap; the settings a user passes; and the exports."""
 
 from __future__ import annotations
 
@@ -10,30 +11,129 @@ import pytest
 
 from graphrt.backends.choices import parse_buckets
 from graphrt.bench import engines
+from graphrt.bench.engine_lists import ServedOn, engine_lists, sglang_list, trtllm_lists, vllm_list
+from graphrt.bench.engine_settings import parse_settings
+from graphrt.errors import GraphrtError
+
+GIB = 1 << 30
+H100 = ServedOn(80 * GIB, "NVIDIA H100 80GB HBM3", blackwell=False)
+L40 = ServedOn(48 * GIB, "NVIDIA L40S", blackwell=False)
+B200 = ServedOn(180 * GIB, "NVIDIA B200", blackwell=True)
 
 
-def test_vllm_000fc94b_default_is_1_2_4_then_steps_of_8_below_256_then_16_up_to_twice_max_num_seqs():
-    assert engines.vllm_sizes(1) == (1, 2)  # max capture size min(2 * 1, 512) = 2
-    assert engines.vllm_sizes(4) == (1, 2, 4, 8)
-    assert engines.vllm_sizes(12) == (1, 2, 4, 8, 16, 24)
-    big = engines.vllm_sizes(256)  # 512: the cap
-    assert big == (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
-    assert engines.vllm_sizes(128)[-2:] == (248, 256)  # a max capture size of 256 is captured
-    assert engines.vllm_sizes(1024) == big  # capped at 512 off data-center Blackwell
-    assert engines.vllm_sizes(1024, blackwell=True)[-1] == 1024
+# -- vLLM 0.30.0 --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("memory, name, defaults", [
+    (160 * GIB, "NVIDIA B200", (16384, 1024)),
+    (160 * GIB - 1, "NVIDIA H200", (8192, 1024)),
+    (70 * GIB, "NVIDIA H100 80GB HBM3", (8192, 1024)),
+    (80 * GIB, "NVIDIA A100-SXM4-80GB", (2048, 256)),  # an A100 keeps the smaller defaults
+    (70 * GIB - 1, "NVIDIA H100", (2048, 256)),
+])
+def test_vllm_serves_with_batch_defaults_by_the_devices_memory_and_name(memory, name, defaults):
+    assert engines.vllm_batch_defaults(memory, name) == defaults  # (max_num_batched_tokens, max_num_seqs)
 
 
-def test_sglang_0_5_23_default_is_1_2_4_8_12_then_steps_of_8_to_256_16_to_512_32_beyond_cut_at_max_bs_and_max_bs():
+def test_vllm_captures_1_2_4_then_steps_of_8_below_256_then_16_up_to_twice_max_num_seqs():
+    assert engines.vllm_sizes(1, 8192) == (1, 2)  # largest min(2 * 1, 512) = 2
+    assert engines.vllm_sizes(4, 8192) == (1, 2, 4, 8)
+    assert engines.vllm_sizes(12, 8192) == (1, 2, 4, 8, 16, 24)
+    assert engines.vllm_sizes(128, 8192)[-2:] == (248, 256)  # a largest size of 256 is captured
+    assert engines.vllm_sizes(256, 8192) == (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+
+
+def test_vllm_caps_its_largest_size_at_512_and_at_1024_on_data_center_blackwell():
+    assert engines.vllm_sizes(1024, 8192)[-1] == engines.vllm_sizes(257, 8192)[-1] == 512
+    assert engines.vllm_sizes(255, 8192)[-1] == 510 - 510 % 16  # below the cap: 2 * 255 on the grid
+    assert engines.vllm_sizes(1024, 8192, blackwell=True)[-1] == 1024
+    assert engines.vllm_sizes(256, 8192, blackwell=True) == engines.vllm_sizes(256, 8192)  # 512 either way
+
+
+def test_vllm_cuts_its_list_at_max_num_batched_tokens_and_appends_it_where_it_is_off_the_grid():
+    assert engines.vllm_sizes(256, 300)[-4:] == (256, 272, 288, 300)
+    assert engines.vllm_sizes(256, 288)[-2:] == (272, 288)  # on the grid: not twice
+    assert engines.vllm_sizes(256, 5)[-3:] == (2, 4, 5)
+    assert engines.vllm_sizes(4, 100) == (1, 2, 4, 8)  # above the largest size: not appended
+    assert engines.vllm_sizes(4, 8) == (1, 2, 4, 8)
+
+
+def test_vllm_captures_every_size_to_32_in_the_interactivity_performance_mode():
+    sizes = engines.vllm_sizes(256, 8192, interactivity=True)
+    assert sizes[:33] == (*range(1, 33), 40) and sizes[-1] == 512
+    assert engines.vllm_sizes(3, 8192, interactivity=True) == (1, 2, 3, 4, 5, 6)  # up to 2 * 3
+
+
+def test_vllm_serve_on_an_h100_resolves_1024_sequences_8192_tokens_and_a_list_to_512():
+    listed = vllm_list({}, H100, max_model_len=32768)
+    assert listed.assumed == {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 32768,
+                              "performance_mode": "balanced", "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert listed.sizes[-1] == 512 and listed.full_graphs_up_to == 1024 and listed.decode_sizes() == listed.sizes
+
+
+def test_vllm_with_256_sequences_and_300_batched_tokens_ends_its_list_at_300_and_its_full_graphs_at_256():
+    listed = vllm_list({"max_num_seqs": 256, "max_num_batched_tokens": 300}, H100, max_model_len=32768)
+    assert listed.sizes[-1] == 300 and listed.decode_sizes()[-1] == 256
+
+
+def test_vllm_defaults_are_doubled_in_throughput_mode_and_bounded_by_each_other_and_the_model_length():
+    assert vllm_list({"performance_mode": "throughput"}, H100, 32768).assumed["max_num_seqs"] == 2048
+    assert vllm_list({"performance_mode": "throughput", "max_num_seqs": 8}, H100, 32768).assumed[
+        "max_num_batched_tokens"] == 16384  # only what was not given is doubled
+    # an unset max_num_seqs is at most max_num_batched_tokens, an unset token budget at most
+    # max_num_seqs * max_model_len
+    assert vllm_list({"max_num_batched_tokens": 300}, H100, 32768).assumed["max_num_seqs"] == 300
+    assert vllm_list({"max_num_seqs": 300}, H100, 32768).assumed["max_num_batched_tokens"] == 8192
+    tight = vllm_list({}, L40, max_model_len=4).assumed
+    assert (tight["max_num_batched_tokens"], tight["max_num_seqs"]) == (256 * 4, 256)
+
+
+def test_decode_batches_vllm_would_run_in_piecewise_graphs_are_named_as_charged_eager_not_hidden():
+    from graphrt.bench.plan import _engine_record
+
+    listed = vllm_list({"max_num_seqs": 12}, H100, 32768)  # 1, 2, 4, 8, 16, 24: full graphs to 8
+    assert listed.sizes == (1, 2, 4, 8, 16, 24) and listed.decode_sizes() == (1, 2, 4, 8)
+    traffic = {3: 5, 10: 3, 20: 1, 30: 1}  # 10 and 20 pad to 16 and 24 (piecewise); 30 runs eagerly
+    assert _engine_record(listed, traffic)["note"] == (
+        "its decode batches 10..20 replay piecewise graphs (FULL_AND_PIECEWISE), which plan does not measure: "
+        "charged as eager steps, an upper bound")
+    eager_above = vllm_list({"max_num_seqs": 12, "cudagraph_mode": "FULL_DECODE_ONLY"}, H100, 32768)
+    assert _engine_record(eager_above, traffic)["note"] is None  # they do run eagerly there
+    assert _engine_record(listed, {3: 5, 30: 1})["note"] is None
+
+
+# -- SGLang 0.5.23 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gib, tp, max_bs", [
+    (20 - 1e-3, 1, 8), (20, 1, 48), (20, 4, 160), (35 - 1e-3, 1, 48), (35, 1, 32), (35, 4, 160),
+    (60 - 1e-3, 1, 32), (60, 1, 256), (60, 4, 512), (80, 1, 256), (90, 1, 256), (160 - 1e-3, 4, 512),
+    (160, 1, 512),
+])
+def test_sglang_takes_its_decode_max_batch_from_the_devices_memory_tier_and_tp(gib, tp, max_bs):
+    assert engines.sglang_decode_max_bs(round(gib * GIB), tp) == max_bs
+
+
+def test_sglang_captures_1_2_4_8_12_then_steps_of_8_16_and_32_cut_at_max_bs_and_max_bs():
     assert engines.sglang_sizes(8) == (1, 2, 4, 8)
-    assert engines.sglang_sizes(12) == (1, 2, 4, 8, 12)
     assert engines.sglang_sizes(10) == (1, 2, 4, 8, 10)  # the max appended
     assert engines.sglang_sizes(30) == (1, 2, 4, 8, 12, 16, 24, 30)
     assert engines.sglang_sizes(545)[-3:] == (512, 544, 545)
     assert engines.sglang_sizes(600) == (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), 512, 544, 576, 600)
+    assert engines.sglang_sizes(5, padding=False) == (1, 2, 3, 4, 5)  # padding disabled: every size
 
 
-def test_tensorrt_llm_1_0_default_is_1_to_31_32_64_128_then_powers_of_two_and_the_max_itself():
-    assert engines.trtllm_sizes() == (*range(1, 32), 32, 64, 128)  # max_batch_size unset: 128
+def test_sglang_on_80_gb_ends_at_256_and_max_running_requests_cuts_only_a_default_max_batch():
+    assert sglang_list({}, H100).sizes[-1] == 256
+    assert sglang_list({"max_running_requests": 64}, H100).sizes[-1] == 64
+    assert sglang_list({"max_running_requests": 300}, H100).sizes[-1] == 256  # not raised
+    assert sglang_list({"cuda_graph_max_bs_decode": 100, "max_running_requests": 64}, H100).sizes[-1] == 100
+    assert sglang_list({"tp_size": 4}, H100).sizes[-1] == 512
+    assert sglang_list({"disable_cuda_graph_padding": True}, L40).sizes == tuple(range(1, 33))
+
+
+# -- TensorRT-LLM -------------------------------------------------------------------------------
+
+def test_tensorrt_llm_1_0_captures_1_to_31_32_64_128_then_powers_of_two_and_the_max_itself():
+    assert engines.trtllm_sizes() == (*range(1, 32), 32, 64, 128)  # cuda_graph_config unset: 128
     assert engines.trtllm_sizes(20) == (*range(1, 21),)
     assert engines.trtllm_sizes(40) == (*range(1, 32), 32, 40)  # the max appended
     assert engines.trtllm_sizes(600) == (*range(1, 32), 32, 64, 128, 256, 512, 600)
@@ -41,9 +141,76 @@ def test_tensorrt_llm_1_0_default_is_1_to_31_32_64_128_then_powers_of_two_and_th
     assert engines.trtllm_sizes(256, enable_padding=True) == (1, 2, 4, *range(8, 129, 8), 256)
 
 
-def test_the_baselines_are_each_engines_default_and_graphrts_powers_of_two():
-    assert engines.defaults(24) == {engines.VLLM: engines.vllm_sizes(24), engines.SGLANG: engines.sglang_sizes(24),
-                                    engines.TRTLLM: engines.trtllm_sizes(24), "powers of two": (1, 2, 4, 8, 16, 32)}
+def test_the_newer_tensorrt_llm_pads_in_steps_of_64_after_128_and_otherwise_captures_as_1_0():
+    assert engines.trtllm_sizes(256, True, newer=True) == (1, 2, 4, *range(8, 129, 8), 192, 256)
+    assert engines.trtllm_sizes(300, True, newer=True)[-3:] == (192, 256, 300)
+    assert engines.trtllm_sizes(128, True, newer=True) == engines.trtllm_sizes(128, True)
+    assert engines.trtllm_sizes(600, False, newer=True) == engines.trtllm_sizes(600, False)
+
+
+def test_the_tensorrt_llm_executor_cuts_the_list_at_its_max_batch_and_tokens_and_pads_to_that_batch():
+    unpadded, padded = engines.trtllm_sizes(128), engines.trtllm_sizes(128, True)
+    assert engines.trtllm_executor_cut(unpadded, 48, 8192, False) == (*range(1, 32), 32)
+    assert engines.trtllm_executor_cut(padded, 48, 8192, True)[-2:] == (40, 48)  # on the list: once
+    assert engines.trtllm_executor_cut(padded, 50, 8192, True)[-2:] == (48, 50)  # the batch padded to
+    assert engines.trtllm_executor_cut(unpadded, 2048, 20, False) == tuple(range(1, 21))
+    assert engines.trtllm_executor_cut(padded, 2048, 8192, True) == padded
+
+
+def test_tensorrt_llm_lists_one_row_where_its_versions_agree_and_two_where_padding_differs():
+    (default,) = trtllm_lists({})
+    assert default.name == engines.TRTLLM and default.sizes[-1] == 128 and not default.padding
+    both = trtllm_lists({"cuda_graph_config.enable_padding": True, "cuda_graph_config.max_batch_size": 256})
+    assert [listed.name for listed in both] == [engines.TRTLLM, engines.TRTLLM_NEWER]
+    assert both[0].sizes[-2:] == (128, 256) and both[1].sizes[-3:] == (128, 192, 256)
+    cut = trtllm_lists({"max_batch_size": 50, "cuda_graph_config.enable_padding": True})
+    assert cut[0].sizes[-2:] == (48, 50) and cut[0].assumed["max_batch_size"] == 50
+
+
+@pytest.mark.parametrize("device", [H100, L40, B200])
+def test_every_resolved_list_is_strictly_increasing_and_positive(device):
+    for listed in engine_lists(parse_settings([]), device, max_model_len=32768):
+        assert listed.sizes[0] >= 1 and all(a < b for a, b in zip(listed.sizes, listed.sizes[1:])), listed.name
+
+
+# -- the settings a user passes -----------------------------------------------------------------
+
+def test_settings_are_read_by_engine_and_name_as_each_engine_spells_them():
+    settings = parse_settings(["vllm.max_num_seqs=256", "vllm.performance_mode=interactivity",
+                               "sglang.disable_cuda_graph_padding=True",
+                               "tensorrt_llm.cuda_graph_config.max_batch_size=64"])
+    assert settings == {"vllm": {"max_num_seqs": 256, "performance_mode": "interactivity"},
+                        "sglang": {"disable_cuda_graph_padding": True},
+                        "tensorrt_llm": {"cuda_graph_config.max_batch_size": 64}}
+
+
+@pytest.mark.parametrize("given, said", [
+    ("vllm.max_num_seqs", "--engine-setting vllm.max_num_seqs: expected ENGINE.NAME=VALUE, such as vllm.max_num_seqs=256"),
+    ("trtllm.max_batch_size=8", "--engine-setting trtllm.max_batch_size=8: no engine 'trtllm'; expected one of vllm, "
+                                "sglang, tensorrt_llm"),
+    ("vllm.max_num_seq=8", "--engine-setting vllm.max_num_seq=8: vLLM has no setting 'max_num_seq' that decides its "
+                           "capture list; expected one of max_num_seqs, max_num_batched_tokens, max_model_len, "
+                           "performance_mode, cudagraph_mode"),
+    ("vllm.max_num_seqs=0", "--engine-setting vllm.max_num_seqs=0: expected a positive integer"),
+    ("sglang.disable_cuda_graph_padding=yes", "--engine-setting sglang.disable_cuda_graph_padding=yes: expected true or false"),
+    ("vllm.cudagraph_mode=PIECEWISE", "--engine-setting vllm.cudagraph_mode=PIECEWISE: expected one of "
+                                      "FULL_AND_PIECEWISE, FULL_DECODE_ONLY"),
+])
+def test_a_bad_setting_is_refused_in_one_line_naming_it_and_what_was_expected(given, said):
+    with pytest.raises(GraphrtError) as refused:
+        parse_settings([given])
+    assert str(refused.value) == said
+
+
+def test_a_setting_given_twice_is_refused():
+    with pytest.raises(GraphrtError, match=r"^--engine-setting vllm.max_num_seqs=9: vllm.max_num_seqs is given twice$"):
+        parse_settings(["vllm.max_num_seqs=8", "vllm.max_num_seqs=9"])
+
+
+# -- the chosen sizes in each engine's own option ---------------------------------------------------
+
+    assert engines.trtllm_sizes(128, enable_padding=True) == (1, 2, 4, *range(8, 129, 8))
+    assert engines.trtllm_sizes(256, enable_padding=True) == (1, 2, 4, *range(8, 129, 8), 256)
 
 
 SIZES = (1, 3, 8, 24)
@@ -75,9 +242,3 @@ def test_the_tensorrt_llm_export_is_yaml_with_padding_on_and_the_chosen_batch_si
 def test_the_graphrt_export_is_a_buckets_option_graphrt_accepts():
     option, value = engines.exports(SIZES)["graphrt"]["cli"].split()
     assert option == "--buckets" and parse_buckets(value) == SIZES
-
-
-@pytest.mark.parametrize("max_batch", [1, 7, 64])
-def test_every_default_list_is_strictly_increasing_and_positive(max_batch):
-    for name, sizes in engines.defaults(max_batch).items():
-        assert sizes[0] >= 1 and all(a < b for a, b in zip(sizes, sizes[1:])), name

@@ -245,6 +245,9 @@ def test_the_public_module_is_preferred_to_the_private_one(monkeypatch):
     assert unavailable() == f"{NEEDS}, and torch.cuda.graph_annotations (torch {torch.__version__} has none)"
 
 
+NEWER = "2.12.0+cu130"  # a torch whose profiler may write graph node ids: its libraries tell
+
+
 @pytest.mark.parametrize("held, said", [
     ([], NO_NODE_IDS),
     ([b'"graph node id": {}'], "`graph node id` (the node's toolsId) on replayed kernels"),
@@ -256,7 +259,7 @@ def test_which_node_records_a_torchs_profiler_writes_is_read_from_its_libraries(
     libraries.mkdir()
     (libraries / "libtorch_cuda.so").write_bytes(b"\0".join([b"ELF", *held, b"end"]))
     (libraries / "libempty.so").write_bytes(b"")  # nothing to map: skipped
-    assert profiler_node_ids(libraries) == said
+    assert profiler_node_ids(libraries, NEWER) == said
 
 
 def test_a_torchs_libraries_are_read_once_and_again_only_when_one_changes(tmp_path, monkeypatch):
@@ -267,16 +270,30 @@ def test_a_torchs_libraries_are_read_once_and_again_only_when_one_changes(tmp_pa
     libraries.mkdir()
     library = libraries / "libtorch_cpu.so"
     library.write_bytes(b'ELF "graph node id": {} end')
-    assert profiler_node_ids(libraries) == "`graph node id` (the node's toolsId) on replayed kernels"
+    assert profiler_node_ids(libraries, NEWER) == "`graph node id` (the node's toolsId) on replayed kernels"
     stat = library.stat()
     library.write_bytes(b"ELF " + b"x" * (stat.st_size - 4))  # the field gone, the size the same
     os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     profiler_node_ids.cache_clear()
-    assert profiler_node_ids(libraries) == "`graph node id` (the node's toolsId) on replayed kernels"  # not read
+    assert profiler_node_ids(libraries, NEWER) == "`graph node id` (the node's toolsId) on replayed kernels"  # not read
     os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # a reinstalled torch
     profiler_node_ids.cache_clear()
-    assert profiler_node_ids(libraries) == NO_NODE_IDS
+    assert profiler_node_ids(libraries, NEWER) == NO_NODE_IDS
     # where nothing can be kept, the libraries are read every time, and still answer
     monkeypatch.setenv("XDG_CACHE_HOME", str(library))  # a file: no directory can be made under it
     profiler_node_ids.cache_clear()
-    assert profiler_node_ids(libraries) == NO_NODE_IDS
+    assert profiler_node_ids(libraries, NEWER) == NO_NODE_IDS
+
+
+@pytest.mark.parametrize("older", ["2.11.0+cu130", "2.4.1", "1.13.0"])
+def test_a_torch_older_than_the_first_to_write_node_ids_is_answered_without_reading_its_libraries(
+        tmp_path, monkeypatch, older):
+    # `graphrt info` is the device check's first step: a CUDA build's libraries are gigabytes,
+    # and a torch whose kineto predates the field needs none of them read
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    (libraries / "libtorch_cpu.so").write_bytes(b'ELF "graph node id": {} end')
+    assert profiler_node_ids(libraries, older) == NO_NODE_IDS
+    assert not (tmp_path / "cache").exists()  # nothing read, nothing kept
+    assert profiler_node_ids(libraries, "2.12.0.dev20260101") == "`graph node id` (the node's toolsId) on replayed kernels"

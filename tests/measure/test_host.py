@@ -44,3 +44,12 @@ def test_without_torch_installed_the_facts_say_so_in_one_line(monkeypatch):
     monkeypatch.setattr(host.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(GraphrtError, match=r"^torch is not installed: pip install torch$"):
         host.torch_build()
+
+
+def test_meminfo_figures_are_read_in_bytes_and_a_missing_one_is_none(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24576000 kB\nMemFree:         1024 kB\nMemAvailable:   20480000 kB\n")
+    assert host.meminfo("MemTotal", str(meminfo)) == 24576000 * 1024
+    assert host.meminfo("MemAvailable", str(meminfo)) == 20480000 * 1024
+    assert host.meminfo("HugePages_Total", str(meminfo)) is None
+    assert host.meminfo("MemTotal", str(tmp_path / "absent")) is None

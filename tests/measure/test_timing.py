@@ -62,3 +62,23 @@ def test_cpu_step_timer_gives_each_block_its_wall_time_in_milliseconds():
     first, second = timer.samples_ms()
     # sleep never returns early; a busy machine may make it late, but not by seconds
     assert 30 <= first < 3000 and 60 <= second < 3000
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_drained_step_behind_queued_gpu_work_holds_its_hosts_launch_time():
+    # a step whose host takes 20 ms to launch its one kernel, queued behind ~100 ms of GPU work:
+    # undrained, its start event fires once that work is done and the 20 ms hide in the queue;
+    # drained, the queue is empty when it starts and the 20 ms are inside its window
+    x = torch.ones(8, device="cuda")
+
+    def time_one(drained: bool) -> float:
+        timer = StepTimer(torch.device("cuda"), drained=drained)
+        torch.cuda._sleep(200_000_000)  # spins the GPU for ~100 ms at 2 GHz
+        with timer.step():
+            time.sleep(0.02)
+            x.add_(1)
+        return timer.samples_ms()[0]
+
+    assert time_one(drained=True) >= 20
+    assert time_one(drained=False) < 20

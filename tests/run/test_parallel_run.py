@@ -264,6 +264,7 @@ def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_tra
     assert result.exit_code == 0 and f"{made}: 2 ranks" in result.stdout
 
 
+@pytest.mark.inductor
 @pytest.mark.compiles
 def test_tp_2_compiles_the_step_with_its_all_reduces_and_generates_eagers_tokens(tmp_path):
     out = tmp_path / "run.json"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import interruptible
 
 from graphrt.backends import peer
 from graphrt.measure import nvtx
@@ -53,11 +54,12 @@ def test_launches_are_counted_after_every_mode_is_timed():
     assert eager.launches.ops > 0 and graph.launches.ops >= eager.launches.ops
 
 
+@pytest.mark.inductor
 def test_a_run_stopped_in_a_later_mode_keeps_the_modes_that_finished(tmp_path):
     # The run is stopped (as a timeout would) once its last mode, compile, has started: the
     # rows and the JSON of the three modes before it are already out.
     out = tmp_path / "run.json"
-    child = subprocess.Popen(
+    child = interruptible(
         [sys.executable, "-m", "graphrt", "run", "--model", "tiny", "--device", "cpu",
          "--steps", "4", "--mode", "all", "--json", str(out)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -88,6 +90,7 @@ def test_a_mode_that_cannot_run_here_fails_before_any_mode_runs(cli, monkeypatch
     assert "running eager" not in result.stderr and result.stdout == ""
 
 
+@pytest.mark.inductor
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_run_counts_every_mode_in_one_profiler_session():

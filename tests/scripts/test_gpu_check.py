@@ -65,6 +65,24 @@ def test_without_torch_every_other_missing_package_is_named_too(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
+def test_a_torch_older_than_graphrts_floor_stops_the_check_with_one_line_naming_both(tmp_path):
+    # the checkout runs from PYTHONPATH, so no pip ever held the device's torch to setup.cfg's floor
+    older = tmp_path / "older"
+    (older / "torch").mkdir(parents=True)
+    (older / "torch" / "__init__.py").write_text("")
+    (older / "torch-2.4.1.dist-info").mkdir()
+    (older / "torch-2.4.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1\n")
+    shell = tmp_path / "have.sh"
+    done = subprocess.run([sys.executable, str(PREREQS), "--device", "cpu", str(shell)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(older)})
+    import re
+
+    assert done.returncode == 1 and not shell.exists()
+    assert re.search(r"^prereq: MISSING torch >= 2\.\d+ \(this is torch 2\.4\.1, older than graphrt runs on\): "
+                     r"nothing can run$", done.stdout, re.M), done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
 def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
     import platform
     import zipfile
