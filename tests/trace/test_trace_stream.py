@@ -85,8 +85,8 @@ def test_malformed_json_names_the_byte(tmp_path):
     text = _trace_bytes([_x(n) for n in range(3)]).replace(b'"dur": 5, "args": {}}, {', b'"dur": 5,, "args": {}}, {', 1)
     message = _broken(tmp_path, "bad.json", text)
     at = text.index(b",,") + 1
-    assert message.startswith(f"{tmp_path / 'bad.json'}: not a readable Chrome-trace JSON (at byte {at:,}, in or "
-                              "after traceEvents[0]: JSON is malformed")
+    assert message.startswith(f"{tmp_path / 'bad.json'}: not a readable Chrome-trace JSON (at byte {at:,}, in "
+                              "traceEvents[0]: JSON is malformed")
 
 
 @pytest.mark.parametrize("event, where", [
