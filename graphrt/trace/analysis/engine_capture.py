@@ -29,7 +29,7 @@ from graphrt.trace.analysis.attribution import Attribution, carry_over
 from graphrt.trace.analysis.membership import NONE, call_kinds, innermost_open, parent_of_each
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.analysis.timeline import StepTimeline
-from graphrt.trace.read.chrome import MODULE_FRAME
+from graphrt.trace.read.chrome_events import MODULE_FRAME
 from graphrt.trace.read.events import Trace
 
 CAPTURE_MARKER = re.compile(r"capture_(\d+)_(\w+)")  # vLLM's capture_32_FULL, SGLang's capture_32_DECODE
