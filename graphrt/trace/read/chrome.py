@@ -47,7 +47,7 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
     path = Path(path)
     trace = Trace(source=str(path), kind="chrome")
     names: dict[str, str] = {}  # each distinct name once
-    kinds: dict[str, int] = {}  # what each python function is kept as, by name
+    kinds: dict[str | None, int] = {}  # what each python function is kept as, by name
     found: dict[str, Any] = {}
     for first, batch in stream_events(path, Event, progress, found):
         if add_batch(trace, batch, names, kinds):

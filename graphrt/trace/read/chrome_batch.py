@@ -31,10 +31,10 @@ class _Irregular(Exception):
     """A field of the batch has a shape `add_event` must read event by event."""
 
 
-def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: dict[str, int]) -> bool:
+def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: dict[str | None, int]) -> bool:
     """Put the batch's complete events into the trace's columns and return True; or return False,
     having put nothing in, where a field has a shape other than the usual. `names` interns each
-    distinct name; `kinds` is each python function's `python_kind`, by name."""
+    distinct name; `kinds` is each python function's `python_kind`, by name (0 for none)."""
     try:
         columns = _columns(trace, [e for e in batch if e.ph == "X"], names, kinds)
     except _Irregular:
@@ -45,7 +45,7 @@ def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: di
 
 
 def _columns(trace: Trace, complete: list[Event], names: dict[str, str],
-             kinds: dict[str, int]) -> list[tuple[Table, dict[str, Any]]]:
+             kinds: dict[str | None, int]) -> list[tuple[Table, dict[str, Any]]]:
     """Each table's new rows as columns, in the order of the file."""
     if not complete:
         return []
@@ -75,18 +75,17 @@ def _columns(trace: Trace, complete: list[Event], names: dict[str, str],
     return out
 
 
-def _python_kept(category: np.ndarray, complete: list[Event], kinds: dict[str, int]) -> np.ndarray:
+def _python_kept(category: np.ndarray, complete: list[Event], kinds: dict[str | None, int]) -> np.ndarray:
     """The table of each event: its category's, where a python function's is RANGE (a model
     runner's step), _FRAME (a module's call) or none (0)."""
-    def kind(name: str | None) -> int:
-        if name is None:
-            return 0
-        found = kinds.get(name)
-        return kinds.setdefault(name, python_kind(name)) if found is None else found
-
     table = category.copy()
     rows = np.flatnonzero(category == PYTHON)
-    kind_of = np.fromiter(map(kind, [complete[i].name for i in rows.tolist()]), np.int8, len(rows))
+    names = [complete[i].name for i in rows.tolist()]
+    found = list(map(kinds.get, names))
+    if None in found:  # names not seen before: each told once
+        kinds.update((name, python_kind(name) if name is not None else 0) for name in set(names) - kinds.keys())
+        found = list(map(kinds.get, names))
+    kind_of = np.array(found, dtype=np.int8)
     table[rows] = np.select([kind_of == RUNNER, kind_of == FRAME], [RANGE, _FRAME], 0)
     return table
 
