@@ -68,6 +68,16 @@ def test_a_field_of_the_wrong_type_names_its_event_in_any_batch(tmp_path, n, pac
     assert f"a Chrome-trace event lacks a usable field (traceEvents[{n}].ts: Expected `int | float | null`" in message
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("n", [CUT, CUT + 1, 2 * CUT + 3])
+def test_a_name_that_is_not_utf8_names_its_event_and_the_byte_its_string_ends_at(tmp_path, n, packed):
+    events = list(EVENTS)
+    events[n] = events[n].replace(b'"op', b'"o\xffp', 1)
+    ends = STARTS[n] + events[n].index(b'"', events[n].index(b"\xff"))  # msgspec checks a string as it closes
+    message = _refusal(_file(tmp_path, HEAD + SEPARATOR.join(events) + b"\n]}", packed))
+    assert message.endswith(f"(at byte {ends:,}, in traceEvents[{n}]: Invalid UTF-8 encoded string)")
+
+
 def test_junk_where_an_event_should_begin_names_its_byte_at_once(tmp_path):
     events = HEAD + SEPARATOR.join(EVENTS[:CUT + 2]) + SEPARATOR
     message = _refusal(_file(tmp_path, events + b"\0" * (4 * CHUNK), packed=True))
@@ -85,12 +95,13 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 ])
 def test_nesting_deeper_than_a_parser_goes_is_one_line_naming_where_it_starts_to_fail(tmp_path, where, document, said):
     message = _refusal(_file(tmp_path, document, packed=False))
-    assert "not a readable Chrome-trace JSON (values nested deeper than can be read, at byte " in message
-    byte = int(re.search(r"at byte ([\d,]+),", message).group(1).replace(",", ""))
+    at = re.search(r"not a readable Chrome-trace JSON \(at byte ([\d,]+), (.*): values nested deeper than can be "
+                   r"read\)$", message)
+    byte = int(at.group(1).replace(",", ""))
     assert document[byte:byte + 1] == b"["  # the bracket that opens one level too many
     deep_from = document.index(b"[[[")
     assert deep_from < byte < deep_from + len(DEEP) // 2
-    assert message.endswith(f"{said})" if said else f"in traceEvents[{CUT + 1}])")
+    assert at.group(2) == (said or f"in traceEvents[{CUT + 1}]")
 
 
 def test_the_cli_refuses_a_trace_nested_too_deep_after_its_events_in_one_line(tmp_path):
@@ -98,7 +109,8 @@ def test_the_cli_refuses_a_trace_nested_too_deep_after_its_events_in_one_line(tm
     done = subprocess.run([sys.executable, "-m", "graphrt", "analyze", str(path)], capture_output=True, text=True)
     assert done.returncode == 1 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"error: {path}: not a readable Chrome-trace JSON (values nested deeper")
+    assert line.startswith(f"error: {path}: not a readable Chrome-trace JSON (at byte ")
+    assert line.endswith(", after traceEvents: values nested deeper than can be read)")
 
 
 @pytest.mark.parametrize("content, said", [

@@ -7,8 +7,8 @@ after the list's `]` (the tail) are then parsed as one document with the list le
 (`head_and_tail`). Neither may pass HELD_MAX bytes: a document whose head or tail is bigger than
 any profiler writes (a gzip that inflates to far more than the disk, say) gets one line.
 
-Where a document nests deeper than Python's parsers go, `first_too_deep` finds the byte where
-they give up, in a few parses of its prefixes.
+Where a document nests deeper than Python's parsers go, or breaks where a parser cannot say
+which byte, `first_to_fail` finds the byte where it gives up, in a few parses of its prefixes.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def parse(path: Path, document: bytes, where: Callable[[int], str]) -> Any:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({e})") from None
     except RecursionError:
-        at = first_too_deep(lambda n: json.loads(document[:n]), len(document))
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({TOO_DEEP}, at {where(at)})") from None
+        at = first_to_fail(lambda n: json.loads(document[:n]), len(document), too_deep)
+        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (at {where(at)}: {TOO_DEEP})") from None
 
 
 def head_and_tail(path: Path, head: bytes, tail: bytes, tail_at: int) -> Any:
@@ -107,19 +107,23 @@ def head_and_tail(path: Path, head: bytes, tail: bytes, tail_at: int) -> Any:
     return parse(path, head + b"]" + tail, where)
 
 
-def first_too_deep(parse_prefix: Callable[[int], Any], size: int) -> int:
-    """The index of the byte where a parser gives up for nesting too deep, given that it does on
-    the first `size` bytes: `parse_prefix(n)` parses the first n bytes, raising RecursionError where
-    they reach that byte (and any other error, or none, where they stop short of it)."""
-    lo, hi = 0, size  # parsing lo bytes does not give up for depth; parsing hi bytes does
+def first_to_fail(parse_prefix: Callable[[int], Any], size: int, fails: Callable[[Exception], bool]) -> int:
+    """The index of the byte where a parser starts to fail as `fails` says (nesting too deep, a
+    string that is not UTF-8), given that it does on the first `size` bytes: `parse_prefix(n)`
+    parses the first n bytes, failing so where they reach that byte (and in any other way, or
+    not at all, where they stop short of it)."""
+    lo, hi = 0, size  # parsing lo bytes does not fail so; parsing hi bytes does
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
             parse_prefix(mid)
-        except RecursionError:
-            hi = mid
-            continue
-        except Exception:  # a prefix cut anywhere is broken JSON, in any of many ways
-            pass
+        except Exception as e:  # a prefix cut anywhere is broken JSON, in any of many ways
+            if fails(e):
+                hi = mid
+                continue
         lo = mid
     return hi - 1
+
+
+def too_deep(error: Exception) -> bool:
+    return isinstance(error, RecursionError)

@@ -33,8 +33,8 @@ import msgspec
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.events import Progress
-from graphrt.trace.read.json_document import (HELD_MAX, NOT_A_TRACE, TOO_DEEP, ListStart, first_too_deep,
-                                              head_and_tail, parse)
+from graphrt.trace.read.json_document import (HELD_MAX, NOT_A_TRACE, TOO_DEEP, ListStart, first_to_fail,
+                                              head_and_tail, parse, too_deep)
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20  # bytes per read, and about per decoded batch (~4k kineto events)
@@ -42,6 +42,8 @@ _CUT_TRIES = 8  # cuts tried, latest first, before more bytes are read
 _BLANKS = re.compile(rb"[ \t\r\n]*")
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _AT_EVENT = re.compile(r"at `\$\[(\d+)\](.*)`$")  # at `$[12]`, or at `$[12].args.stream`
+_CUT_SHORT = "Input data was truncated"  # msgspec's words where the input ends inside a value
+_WORD = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-\\"  # a number's, a literal's, an escape's
 LACKS_A_FIELD = "a Chrome-trace event lacks a usable field"
 EXPECTED_FIELDS = "expected name, ts and dur on every complete ('X') event"
 _OPEN, _CLOSE = ord("["), ord("]")
@@ -109,6 +111,16 @@ def _next_cut(buf: bytearray, before: int) -> int:
     return -1
 
 
+def _probe_end(buf: bytearray) -> int:
+    """Where a decode of an unfinished buffer may end to find a break in what has come: not
+    inside a number, a literal or an escape, which would read as broken there (0 where the
+    buffer ends in a long one)."""
+    end = len(buf) - 1
+    while end > 1 and buf[end - 1] in _WORD and len(buf) - end < 64:
+        end -= 1
+    return 0 if buf[end - 1] in _WORD else end
+
+
 class _Pending:
     """The bytes of the event list read and not yet decoded: `buf[0]` is a `[` (the list's own, or
     put in place of the comma after the last event decoded), and `buf[i]` is byte `base + i` of
@@ -133,8 +145,8 @@ class _Pending:
         buf, cut = self.buf, len(self.buf)
         for _ in range(_CUT_TRIES):
             if (cut := _next_cut(buf, cut)) <= 1:
-                if len(buf) > 2:  # no cut at all: decoded only to find a break in what has come
-                    self._attempt(len(buf) - 1)
+                if (end := _probe_end(buf)) > 1:  # no cut: decoded only to find a break in what has come
+                    self._attempt(end)
                 return None
             events, cut = self._attempt(cut)
             if events is not None:
@@ -149,17 +161,23 @@ class _Pending:
         inside an event or past the list's end; GraphrtError where they break before `end`."""
         try:
             return self.decode(end), end
-        except msgspec.ValidationError as e:  # the events before `end` are whole: this one is wrong
-            raise self._broken(e) from None
-        except msgspec.DecodeError as e:
+        except (msgspec.MsgspecError, RecursionError) as e:
+            if self._breaks_before(e, end):
+                raise self._refusal(e, end) from None
             at = _AT_BYTE.search(str(e))
-            if at is not None and int(at.group(1)) < end and "trailing characters" not in str(e):
-                raise self._broken(e) from None  # broken before `end`: not a cut's doing
             return None, min(end - 1, int(at.group(1)) - 1) if at else end - 1
-        except RecursionError:
-            at = first_too_deep(self.decode, end)
-            raise GraphrtError(f"{self.path}: not a readable Chrome-trace JSON ({TOO_DEEP}, at byte "
-                               f"{self.base + at:,}, in traceEvents[{self._events_before(at)}])") from None
+
+    @staticmethod
+    def _breaks_before(error: Exception, end: int) -> bool:
+        """Whether decoding up to `end` failed because the events before it break, not because
+        `end` falls inside an event (the decoder stops where `end` is, or at a string or number
+        left open) or past the list's end (trailing characters)."""
+        if not isinstance(error, msgspec.DecodeError):
+            return True  # a wrong field in a whole event, or nesting too deep
+        message = str(error)
+        if (at := _AT_BYTE.search(message)) is None:
+            return message != _CUT_SHORT  # a closed string that is not UTF-8, say
+        return int(at.group(1)) < end and "trailing characters" not in message
 
     def ended(self) -> bool:
         """Whether the list's `]` is all that is left of it, blanks aside (dropped)."""
@@ -187,35 +205,33 @@ class _Pending:
                 cut -= 1
         return self.first
 
-    def _broken(self, error: msgspec.MsgspecError) -> GraphrtError:
-        """One line for a batch that would not decode."""
+    def _refusal(self, error: Exception, end: int) -> GraphrtError:
+        """One line for events that break before `end`: the event, and the byte where it breaks
+        (where msgspec does not say, the shortest prefix that fails so)."""
         message, path = str(error), self.path
-        if (at := _AT_EVENT.search(message)) is not None:
+        if (at := _AT_EVENT.search(message)) is not None:  # a field of the right shape, or an event, is not
             what, where = message.split(" - at ")[0], f"traceEvents[{self.first + int(at.group(1))}]{at.group(2)}"
             if at.group(2):  # a field of the event
                 return GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}: {what}); {EXPECTED_FIELDS}")
             return GraphrtError(f"{path}: {NOT_A_TRACE} ({where}: {what})")
         if (at := _AT_BYTE.search(message)) is not None:
-            byte = int(at.group(1))
-            return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {self.base + byte:,}, in "
-                                f"traceEvents[{self._events_before(byte)}]: {_AT_BYTE.sub('', message).strip()})")
-        return GraphrtError(f"{path}: not a readable Chrome-trace JSON ({message} in traceEvents[{self.first}] "
-                            f"or after it, from byte {self.base + 1:,})")
+            byte, what = int(at.group(1)), _AT_BYTE.sub("", message).strip()
+        elif too_deep(error):
+            byte, what = first_to_fail(self.decode, end, too_deep), TOO_DEEP
+        else:
+            byte, what = first_to_fail(self.decode, end, lambda e: str(e) == message), message
+        return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {self.base + byte:,}, in "
+                            f"traceEvents[{self._events_before(byte)}]: {what})")
 
     def last_batch(self) -> list:
         """The events left at the end of the file, up to its last `]`: the list's end, or the
         file is broken (cut short, or where msgspec says)."""
-        end = self.buf.rfind(b"]", 1)
-        if end < 0:
-            raise GraphrtError(f"{self.path}: not a readable Chrome-trace JSON (it ends inside traceEvents, after "
-                               f"{self.first:,} events and {self.base + len(self.buf):,} bytes: cut short?)")
-        try:
-            events = self.decode(end)
-        except msgspec.MsgspecError as e:
-            raise self._broken(e) from None
-        self.first += len(events)
-        self._drop(end - 1)
-        return events
+        if (end := self.buf.rfind(b"]", 1)) > 0 and (events := self._attempt(end)[0]) is not None:
+            self.first += len(events)
+            self._drop(end - 1)
+            return events
+        raise GraphrtError(f"{self.path}: not a readable Chrome-trace JSON (it ends inside traceEvents, after "
+                           f"{self.first:,} events and {self.base + len(self.buf):,} bytes: cut short?)")
 
 
 def stream_events(path: Path, event: type[E], progress: Progress | None = None,
