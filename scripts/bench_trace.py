@@ -1,14 +1,21 @@
-"""How `graphrt analyze` scales with the size of a Chrome trace, against `json.load` of the same file.
+"""How fast `graphrt analyze` reads a Chrome trace, in how much memory, against `json.load` of the
+same file (and Holistic Trace Analysis where it is installed), and how much a directory of rank
+traces gains from reading its files at once.
 
-    python scripts/bench_trace.py                       # the V100 trace grown 1x, 4x, 16x
-    python scripts/bench_trace.py --copies 1,4 --repeats 3 --trace other.json.gz
+    python scripts/bench_trace.py                       # the V100 trace grown 1x, 4x, 16x; 4 ranks of 4x
+    python scripts/bench_trace.py --copies 16,64 --repeats 1 --ranks 0
+    python scripts/bench_trace.py --copies 1,4 --trace other.json.gz --gzip
 
 A real torch.profiler trace is grown N times: copy c is the same events later in time (each copy
 starts after the one before ends), with its correlation, flow and external ids and its
 `ProfilerStep#N` numbers shifted past the copy before, so the grown trace is N times the steps of
 the original, each as it was. Each grown trace is written plain (JSON) to a temporary directory,
 then each measurement runs in a fresh interpreter: wall time and peak RSS (the process's own,
-from wait4), the median over the repeats. Also `graphrt --help` against `import torch`.
+from wait4; this one holds no trace, as a child's peak counts its parent's at the fork), the
+median over the repeats. Bytes per event are what a 4x longer trace adds to the
+peak RSS, per event it adds. The rank directory holds `--ranks` traces grown `--rank-copies`
+times, each saying which rank it is (distributedInfo): `analyze DIR --jobs 1` reads them one
+after another, `analyze DIR` one process per core, the two taken in turns `--repeats` times. Also `graphrt --help` against `import torch`.
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,11 +88,13 @@ def grown_events(data: dict, copies: int) -> Iterator[dict]:
             yield _shifted(e, c * span, c * (top_id + 1), c * steps) if c else e
 
 
-def grow(source: Path, copies: int, out: Path) -> int:
-    """Write `source` grown `copies` times to `out` (plain JSON, one event a line); returns the
-    number of events written."""
+def grow(source: Path, copies: int, out: Path, rank: int | None = None, world: int | None = None) -> int:
+    """Write `source` grown `copies` times to `out` (plain JSON, one event a line), as rank
+    `rank` of `world` where given; returns the number of events written."""
     data = _load(source)
     head = {k: v for k, v in data.items() if k != "traceEvents"}
+    if rank is not None:
+        head["distributedInfo"] = {**head.get("distributedInfo", {}), "rank": rank, "world_size": world}
     n = 0
     with out.open("w") as f:
         f.write(json.dumps(head)[:-1] + (", " if head else "") + '"traceEvents": [\n')
@@ -91,6 +103,15 @@ def grow(source: Path, copies: int, out: Path) -> int:
             n += 1
         f.write("\n]}\n")
     return n
+
+
+def grown(source: Path, copies: int, out: Path, rank: int | None = None, world: int | None = None) -> int:
+    """`grow` in a process of its own (a child's peak RSS counts its parent's at the fork, so this
+    one never holds a trace), the file on disk when it returns."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        events = pool.submit(grow, source, copies, out, rank, world).result()
+    os.sync()  # written out now, not while a measurement runs
+    return events
 
 
 def measure(argv: list[str]) -> tuple[float, int]:
@@ -110,55 +131,107 @@ def median_of(argv: list[str], repeats: int) -> tuple[float, int]:
     return statistics.median(r[0] for r in runs), int(statistics.median(r[1] for r in runs))
 
 
+# Holistic Trace Analysis reads a directory of traces: one holding a link to the file
+HTA = ("import os, sys, tempfile\nfrom hta.trace_analysis import TraceAnalysis\n"
+       "with tempfile.TemporaryDirectory() as d:\n"
+       "    os.symlink(sys.argv[1], os.path.join(d, os.path.basename(sys.argv[1])))\n"
+       "    TraceAnalysis(trace_dir=d)")
+
+
+def _installed(module: str) -> bool:
+    """Whether this interpreter can import `module` (Holistic Trace Analysis, `hta`, is never a
+    dependency of graphrt)."""
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
+
+
+def _files(args: argparse.Namespace, tmp: Path, hta: bool) -> list[tuple]:
+    """Per grown trace and form: (copies, form, events, bytes, analyze s, RSS, json.load s, RSS, HTA s)."""
+    py, rows = sys.executable, []
+    for copies in map(int, args.copies.split(",")):
+        path = tmp / f"grown-{copies}x.json"
+        events = grown(args.trace, copies, path)
+        size = path.stat().st_size
+        repeats = args.repeats if size < 1e9 else 1
+        forms = [("plain", path)]
+        if args.gzip:
+            gz = path.with_suffix(".json.gz")
+            with path.open("rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+            forms.append(("gzip", gz))
+        for form, f in forms:
+            opener = "gzip.open" if form == "gzip" else "open"
+            load_s, load_rss = median_of([py, "-c", f"import json, gzip; json.load({opener}({str(f)!r}, 'rb'))"], repeats)
+            an_s, an_rss = median_of([py, "-m", "graphrt", "analyze", str(f)], repeats)
+            hta_s = median_of([py, "-c", HTA, str(f)], repeats)[0] if hta else None
+            rows.append((copies, form, events, size, an_s, an_rss, load_s, load_rss, hta_s))
+            print(f"  {copies}x {form}: {events:,} events, {size / 1e6:,.0f} MB: analyze {an_s:.2f} s "
+                  f"{an_rss / 2**20:,.0f} MiB; json.load {load_s:.2f} s {load_rss / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
+        for _, f in forms:
+            f.unlink()
+    return rows
+
+
+def _rank_directory(args: argparse.Namespace, tmp: Path, hta: bool) -> tuple[int, float, float, float | None]:
+    """(bytes in all, seconds one file after another, seconds a process a file up to one per core,
+    Holistic Trace Analysis's seconds on the directory where it is installed)."""
+    made = tmp / "ranks"
+    made.mkdir()
+    for rank in range(args.ranks):
+        grown(args.trace, args.rank_copies, made / f"rank_{rank}.json", rank, args.ranks)
+    size = sum(f.stat().st_size for f in made.iterdir())
+    analyze = [sys.executable, "-m", "graphrt", "analyze", str(made)]
+    # taken in turns, so that whatever else the machine runs weighs on both alike
+    runs = [(measure([*analyze, "--jobs", "1"])[0], measure(analyze)[0]) for _ in range(args.repeats)]
+    one_by_one, at_once = (statistics.median(times) for times in zip(*runs))
+    script = f"from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir={str(made)!r})"
+    hta_s = median_of([sys.executable, "-c", script], args.repeats)[0] if hta else None
+    shutil.rmtree(made)
+    return size, one_by_one, at_once, hta_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="a real Chrome trace (.json or .json.gz)")
     parser.add_argument("--copies", default="1,4,16", help="how many times to grow it, comma-separated")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement below 100 MB (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement of a file below 1 GB (median)")
     parser.add_argument("--gzip", action="store_true", help="also analyze each grown trace gzipped")
+    parser.add_argument("--ranks", type=int, default=4, help="rank traces in the directory (0: none)")
+    parser.add_argument("--rank-copies", type=int, default=4, help="how many times each rank's trace is grown")
     args = parser.parse_args()
-    py = sys.executable
-    env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
-    rows = []
+    hta = _installed("hta")
     with tempfile.TemporaryDirectory(prefix="graphrt-bench-trace-") as tmp:
-        for copies in map(int, args.copies.split(",")):
-            path = Path(tmp) / f"grown-{copies}x.json"
-            events = grow(args.trace, copies, path)
-            size = path.stat().st_size
-            repeats = args.repeats if size < 100e6 else 1
-            forms = [("plain", path)]
-            if args.gzip:
-                gz = path.with_suffix(".json.gz")
-                with path.open("rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
-                    while chunk := src.read(1 << 22):
-                        dst.write(chunk)
-                forms.append(("gzip", gz))
-            for form, f in forms:
-                opener = "gzip.open" if form == "gzip" else "open"
-                load_s, load_rss = median_of([py, "-c", f"import json, gzip; json.load({opener}({str(f)!r}, 'rb'))"], repeats)
-                an_s, an_rss = median_of([py, "-m", "graphrt", "analyze", str(f)], repeats)
-                rows.append((copies, form, events, size, an_s, an_rss, load_s, load_rss))
-                print(f"  {copies}x {form}: {events:,} events, {size / 1e6:,.0f} MB: analyze {an_s:.2f} s "
-                      f"{an_rss / 2**20:,.0f} MiB; json.load {load_s:.2f} s {load_rss / 2**20:,.0f} MiB",
-                      file=sys.stderr, flush=True)
-            path.unlink()
-        help_s, _ = median_of([py, "-m", "graphrt", "--help"], 5)
-        torch_s, _ = median_of([py, "-c", "import torch"], 5)
+        rows = _files(args, Path(tmp), hta)
+        ranks = _rank_directory(args, Path(tmp), hta) if args.ranks > 1 else None
+        help_s, _ = median_of([sys.executable, "-m", "graphrt", "--help"], 5)
+        torch_s = median_of([sys.executable, "-c", "import torch"], 5)[0] if _installed("torch") else None
 
-    print(f"graphrt analyze on {args.trace.name} grown N times ({env_note})\n")
-    header = ("N", "form", "events", "MB", "analyze s", "peak RSS MiB", "events/s",
-              "json.load s", "json.load RSS MiB", "time / json.load", "RSS / json.load")
-    lines = [header] + [
-        (f"{c}x", form, f"{ev:,}", f"{size / 1e6:,.0f}", f"{a_s:.2f}", f"{a_rss / 2**20:,.0f}",
-         f"{ev / a_s:,.0f}", f"{l_s:.2f}", f"{l_rss / 2**20:,.0f}", f"{a_s / l_s:.2f}", f"{a_rss / l_rss:.2f}")
-        for c, form, ev, size, a_s, a_rss, l_s, l_rss in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for line in lines:
-        print("  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
-    plain = {c: a_s for c, form, _, _, a_s, *_ in rows if form == "plain"}
-    if 4 in plain and 16 in plain:
-        print(f"\n16x the events take {plain[16] / plain[4]:.2f}x the time of 4x")
-    print(f"graphrt --help {help_s:.2f} s, import torch {torch_s:.2f} s: {help_s / torch_s:.2f}x")
+    print(f"graphrt analyze on {args.trace.name} grown N times (python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs{'' if hta else '; Holistic Trace Analysis not installed'})\n")
+    header = ("N", "form", "events", "JSON MB", "analyze s", "MB/s", "peak RSS MiB", "RSS / file", "json.load s",
+              "json.load RSS MiB", "time / json.load", *(("HTA s", "time / HTA") if hta else ()))
+    print(_table([header] + [
+        (f"{c}x", form, f"{ev:,}", f"{size / 1e6:,.0f}", f"{a_s:.2f}", f"{size / 1e6 / a_s:,.0f}",
+         f"{a_rss / 2**20:,.0f}", f"{a_rss / size:.2f}", f"{l_s:.2f}", f"{l_rss / 2**20:,.0f}", f"{a_s / l_s:.2f}",
+         *((f"{h_s:.2f}", f"{a_s / h_s:.2f}") if hta else ()))
+        for c, form, ev, size, a_s, a_rss, l_s, l_rss, h_s in rows]))
+    plain = {c: (ev, a_rss) for c, form, ev, _, _, a_rss, *_ in rows if form == "plain"}
+    for c in sorted(plain):
+        if 4 * c in plain:
+            (ev, rss), (ev4, rss4) = plain[c], plain[4 * c]
+            print(f"\nheld per event: {4 * c}x adds {(rss4 - rss) / 2**20:,.0f} MiB of peak RSS to {c}x for "
+                  f"{ev4 - ev:,} events: {(rss4 - rss) / (ev4 - ev):.0f} bytes an event")
+    if ranks:
+        size, one_by_one, at_once, hta_s = ranks
+        print(f"\na directory of {args.ranks} rank traces ({args.rank_copies}x each, {size / 1e6:,.0f} MB): one after "
+              f"another (--jobs 1) {one_by_one:.2f} s, a process a file {at_once:.2f} s: {at_once / one_by_one:.2f}x the "
+              f"time, {one_by_one / at_once:.2f}x as fast" + (f"; Holistic Trace Analysis {hta_s:.2f} s" if hta_s else ""))
+    print(f"graphrt --help {help_s:.2f} s" + (f", import torch {torch_s:.2f} s: {help_s / torch_s:.2f}x" if torch_s else ""))
 
 
 if __name__ == "__main__":

@@ -3,32 +3,22 @@ waited, and which module each replayed kernel belongs to; a `--tp` directory ran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from graphrt.cli.analyzed_files import Analysed, analyse_all, cores
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
-from graphrt.trace import load_trace
-from graphrt.trace.analysis.engine_capture import CaptureAttribution, CaptureGroup, attribute, captures
-from graphrt.trace.analysis.idle import BetweenPieces, StepLaunchIdle, between_pieces, step_launch_idle
-from graphrt.trace.analysis.ledger import eager_decode, fallback, ledger
-from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.ledger import eager_decode
 from graphrt.trace.analysis.modules import replay_modules
 from graphrt.trace.analysis.names import is_replay
-from graphrt.trace.analysis.rank_steps import (CollectiveTime, RankGroup, collective_time, format_ranks,
-                                               rank_dirs, ranks_dict)
-from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace, compare_steps
-from graphrt.trace.analysis.timeline import StepTimeline, step_timelines, whole_trace
+from graphrt.trace.analysis.rank_steps import RankGroup, format_ranks, rank_dirs, ranks_dict
+from graphrt.trace.analysis.steps import compare_steps
 from graphrt.trace.present.capture_tables import capture_attribution_dict, format_capture_attribution
-from graphrt.trace.present.step_ledger import (TraceStep, fallback_dict, format_engine_steps, ledger_dict,
-                                               steps_dict, trace_steps)
-from graphrt.trace.present.step_tables import (format_launch_idle, format_replay_modules, launch_idle_dict,
-                                               replay_modules_dict)
-from graphrt.trace.present.tables import comparison_dict, format_comparison, format_report, report_dict
+from graphrt.trace.present.step_tables import format_replay_modules, replay_modules_dict
+from graphrt.trace.present.tables import comparison_dict, format_comparison
 from graphrt.trace.read.capture_records import capture_records
-from graphrt.trace.read.progress import ReadProgress
 
 
 def _trace_files(paths: tuple[str, ...]) -> list[Path]:
@@ -52,60 +42,6 @@ def _trace_files(paths: tuple[str, ...]) -> list[Path]:
     return files
 
 
-@dataclass
-class _Analysed:
-    report: TraceReport
-    timelines: list[StepTimeline]
-    launch_idle: list[StepLaunchIdle]
-    whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
-    collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
-    between: list[BetweenPieces | None]  # per step of `launch_idle`: what it ran between its pieces
-    captures: list[CaptureGroup]  # the graphs it captured, where it is an engine's capture trace
-
-    def attributed(self, groups: list[CaptureGroup]) -> dict[str, list[CaptureAttribution]]:
-        """Per group of its engine steps that replayed graphs, each step's replayed kernels
-        attributed from the capture `groups` (steps that none attributes left out)."""
-        out: dict[str, list[CaptureAttribution]] = {}
-        if self.report.engine_steps:
-            for record, timeline in zip(self.report.steps, self.timelines):
-                if record.mode in ("graph", "piecewise") and (found := attribute(timeline, groups)):
-                    out.setdefault(record.step.group, []).append(found)
-        return out
-
-    @property
-    def steps(self) -> list[TraceStep]:
-        return trace_steps(self.report, self.launch_idle, self.between)
-
-    def text(self, top: int, steps: int) -> str:
-        """The trace's report; where an engine's markers made its steps, the steps and their
-        ledger first, one row per group and per step (`steps` of them at most)."""
-        report = self.report
-        if not report.engine_steps:
-            table = format_launch_idle(self.launch_idle)
-            return format_report(report, top=top) + (f"\n\n{table}" if table else "")
-        return format_report(report, top=top, steps=format_engine_steps(
-            report, self.steps, fallback(report.steps), steps))
-
-    def json(self) -> dict:
-        return {**report_dict(self.report), "launch_idle": launch_idle_dict(self.launch_idle),
-                "steps": steps_dict(self.steps), "ledger": ledger_dict(ledger(self.report.steps)),
-                "fallback": fallback_dict(fallback(self.report.steps))}
-
-
-def _analyse(path: Path, quiet: bool = False) -> _Analysed:
-    """`quiet`: no progress on stderr while a big trace is read."""
-    progress = None if quiet or not path.is_file() else ReadProgress(path)
-    trace = load_trace(path, progress)
-    if progress:
-        progress.done()
-    membership = Membership.of(trace)
-    timelines = step_timelines(trace, membership)
-    with_kernels = [t for t in timelines if t.unit == "kernel"]
-    return _Analysed(analyze_trace(trace, membership), timelines, [step_launch_idle(t) for t in with_kernels],
-                     None if timelines else whole_trace(trace, membership), collective_time(trace, membership),
-                     [between_pieces(t) for t in with_kernels], captures(trace))
-
-
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -120,8 +56,10 @@ def _analyse(path: Path, quiet: bool = False) -> _Analysed:
 @click.option("--fail-on-eager-decode", is_flag=True,
               help="Exit non-zero where any decode step ran eagerly (no graph launch), or where the "
               "traces hold no decode step whose mode can be told: for a CI that must not serve without graphs.")
+@click.option("--jobs", default=cores, show_default="the cores this process may use", type=click.IntRange(min=1),
+              help="Traces read at once, one process each, where several are given (a directory of rank traces).")
 def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: str | None, steps_shown: int,
-            fail_on_eager_decode: bool) -> None:
+            fail_on_eager_decode: bool, jobs: int) -> None:
     """Per-step launches, launch delay, launch CPU time and GPU idle time (host wait, kernel
     wait, other), and per-range totals, from Nsight Systems exports (.sqlite, or .nsys-rep with
     nsys on PATH) or torch.profiler Chrome traces (.json, .json.gz), or a directory of them.
@@ -138,10 +76,10 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         if out:
             check_writable(out)
     if len(paths) == 1 and (dirs := rank_dirs(Path(paths[0]))) is not None:
-        _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path)
+        _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path, jobs)
         return
     files = _trace_files(paths)
-    analysed = [_analyse(p, quiet=bool(json_path)) for p in files]
+    analysed = analyse_all(files, jobs, quiet=bool(json_path))
     reports = [a.report for a in analysed]
     for i, a in enumerate(analysed):
         if i:
@@ -185,7 +123,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
         _refuse_eager_decode([(str(p), a) for p, a in zip(files, analysed)])
 
 
-def _from_captures(analysed: list[_Analysed], top: int) -> list[dict]:
+def _from_captures(analysed: list[Analysed], top: int) -> list[dict]:
     """Print, and give as JSON, each engine step group's replayed kernels attributed from the
     capture traces among `analysed` (none where no capture trace was given)."""
     groups = [g for a in analysed for g in a.captures]
@@ -204,7 +142,7 @@ def _from_captures(analysed: list[_Analysed], top: int) -> list[dict]:
     return out
 
 
-def _ranks(analysed: list[_Analysed]) -> list[list[RankGroup]] | None:
+def _ranks(analysed: list[Analysed]) -> list[list[RankGroup]] | None:
     """Each rank's step groups, by rank, where the traces (of one directory) are the ranks
     0 ... N-1 of one run, each once, as their files say (torch.profiler's `distributedInfo`);
     else None."""
@@ -218,7 +156,7 @@ def _ranks(analysed: list[_Analysed]) -> list[list[RankGroup]] | None:
             for rank, a in enumerate(by_rank)]
 
 
-def _refuse_eager_decode(analysed: list[tuple[str, _Analysed]]) -> None:
+def _refuse_eager_decode(analysed: list[tuple[str, Analysed]]) -> None:
     """Exit 1, naming them, where decode steps ran eagerly; exit 1 too where no decode step's
     mode can be told (a gate that passes on nothing would pass a server without graphs)."""
     eager = [(path, r) for path, a in analysed for r in eager_decode(a.report.steps)]
@@ -233,10 +171,11 @@ def _refuse_eager_decode(analysed: list[tuple[str, _Analysed]]) -> None:
                                    "call recorded): cannot tell whether decode ran without graphs")
 
 
-def _analyze_ranks(path: Path, dirs: list[Path], json_path: str | None, plot_path: str | None) -> None:
+def _analyze_ranks(path: Path, dirs: list[Path], json_path: str | None, plot_path: str | None, jobs: int) -> None:
     """`graphrt analyze` on a directory of `graphrt trace --tp`: `dirs[r]` holds rank r's traces."""
     files = [_trace_files((str(d),)) for d in dirs]
-    analysed = [[_analyse(p) for p in rank_files] for rank_files in files]
+    every = iter(analyse_all([p for rank_files in files for p in rank_files], jobs))
+    analysed = [[next(every) for _ in rank_files] for rank_files in files]
     ranks = [[RankGroup(rank, g, a.collectives[g.name]) for a in mine for g in a.report.step_groups]
              for rank, mine in enumerate(analysed)]
     click.echo(format_ranks(path, ranks))

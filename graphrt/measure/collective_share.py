@@ -15,10 +15,12 @@ the time spent issuing and waiting for collectives over the step's CPU time.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from graphrt.measure.intervals import busy_and_gaps
+import numpy as np
+
+from graphrt.measure.intervals import busy_and_gaps_of
 
 # NCCL's kernels: `ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)` (NCCL 2.x before 2.19),
 # `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)` (2.19 on),
@@ -52,8 +54,16 @@ def kernel_time(kernels: Iterable[tuple[str, int, int]]) -> tuple[int, int] | No
     kernels = list(kernels)
     if not kernels:
         return None
-    collective = busy_and_gaps((start, end) for name, start, end in kernels if is_collective_kernel(name))[0]
-    return collective, max(end for _, _, end in kernels) - min(start for _, start, _ in kernels)
+    names, starts, ends = zip(*kernels)
+    return kernel_time_of(names, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+
+
+def kernel_time_of(names: Sequence[str], starts: np.ndarray, ends: np.ndarray) -> tuple[int, int] | None:
+    """`kernel_time` of the kernels (names[i], starts[i], ends[i])."""
+    if not len(names):
+        return None
+    collective = np.fromiter(map(is_collective_kernel, names), dtype=bool, count=len(names))
+    return busy_and_gaps_of(starts[collective], ends[collective])[0], int(ends.max() - starts.min())
 
 
 def share(collective_ns: float, step_ns: float) -> float | None:

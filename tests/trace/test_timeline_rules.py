@@ -4,7 +4,7 @@ follows from the few spans each test lays out, not from the code under test.
 
 from __future__ import annotations
 
-from graphrt.trace.analysis.membership import Membership
+from graphrt.trace.analysis.membership import NONE, Membership
 from graphrt.trace.analysis.timeline import WHOLE_TRACE, step_timelines, whole_trace
 from graphrt.trace.read.events import ApiCall, CpuOp, Kernel, Range, Trace
 
@@ -39,7 +39,7 @@ def test_a_call_made_before_any_range_on_its_thread_belongs_to_none():
                   api_calls=[call("cudaLaunchKernel", 500, 600, 1)],
                   kernels=[kernel("early", 700, 800, 0)])
     att = Membership.of(trace)
-    assert att.kernel_home == [None]
+    assert att.kernel_home.tolist() == [NONE]
     assert att.kernels == [[]] and att.launches == [[]]
 
 

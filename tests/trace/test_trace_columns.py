@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphrt.trace.read.events import ABSENT, Kernel, Kernels, link_launches
+from graphrt.trace.read.columns import ABSENT
+from graphrt.trace.read.events import Kernel, Kernels, link_launches
 
 
 def test_rows_read_back_as_given_none_included():
@@ -30,3 +31,17 @@ def test_a_kernel_links_to_a_call_that_began_at_its_start_but_not_after():
     # calls: key 7 at t=10 and t=20, key 8 at t=15
     calls = ([7, 8, 7], [10, 15, 20])
     assert _link(*calls, [7, 7, 7, 8, 8, 9], [20, 19, 9, 15, 14, 30]) == [2, 0, None, 1, None, None]
+
+
+def test_iterating_a_table_gives_the_rows_indexing_gives_however_many():
+    rows = [Kernel(f"k{n % 3}", n, n + 1, 0, None if n % 2 else n, n, launch=None if n % 5 else n)
+            for n in range(10_000)]  # more rows than are made at once
+    table = Kernels.of(rows)
+    assert list(table) == [table[i] for i in range(len(table))] == rows
+
+
+def test_a_key_of_several_parts_links_only_where_every_part_matches():
+    # (pid, correlation): pid 1's call 7 and pid 2's call 7 are different calls
+    found = link_launches(np.array([[1, 7], [2, 7]]), np.array([10, 20]), np.array([[2, 7], [1, 7], [3, 7]]),
+                          np.array([30, 30, 30]))
+    assert [None if i == ABSENT else i for i in found.tolist()] == [1, 0, None]

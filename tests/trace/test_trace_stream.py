@@ -85,8 +85,8 @@ def test_malformed_json_names_the_byte(tmp_path):
     text = _trace_bytes([_x(n) for n in range(3)]).replace(b'"dur": 5, "args": {}}, {', b'"dur": 5,, "args": {}}, {', 1)
     message = _broken(tmp_path, "bad.json", text)
     at = text.index(b",,") + 1
-    assert message.startswith(f"{tmp_path / 'bad.json'}: not a readable Chrome-trace JSON (at byte {at:,}, in or "
-                              "after traceEvents[0]: JSON is malformed")
+    assert message.startswith(f"{tmp_path / 'bad.json'}: not a readable Chrome-trace JSON (at byte {at:,}, in "
+                              "traceEvents[0]: JSON is malformed")
 
 
 @pytest.mark.parametrize("event, where", [
@@ -111,3 +111,16 @@ def test_the_cli_says_where_a_trace_broke_in_one_line_and_exits_1(tmp_path):
     assert done.returncode == 1 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: {path}: not a readable Chrome-trace JSON (it ends inside traceEvents")
+
+
+def test_a_read_that_ends_anywhere_inside_a_value_reads_as_the_whole_file_does(tmp_path, monkeypatch):
+    """Reads of every size from 40 bytes on end inside literals, numbers, escapes and multi-byte
+    characters of the fields no event keeps: none of them reads as a break."""
+    events = [_x(n, finished=n % 2 == 0, none=None, ratio=-1.5e-3 * n, note="caf\u00e9 \u20ac \\ \"q\" \U0001F600")
+              for n in range(12)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}, ensure_ascii=False), encoding="utf-8")
+    whole = _rows(load_trace(path))
+    for chunk in range(40, 400):
+        monkeypatch.setattr(json_stream, "CHUNK", chunk)
+        assert _rows(load_trace(path)) == whole, chunk

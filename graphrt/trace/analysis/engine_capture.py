@@ -29,7 +29,7 @@ from graphrt.trace.analysis.attribution import Attribution, carry_over
 from graphrt.trace.analysis.membership import NONE, call_kinds, innermost_open, parent_of_each
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.analysis.timeline import StepTimeline
-from graphrt.trace.read.chrome import MODULE_FRAME
+from graphrt.trace.read.chrome_events import MODULE_FRAME
 from graphrt.trace.read.events import Trace
 
 CAPTURE_MARKER = re.compile(r"capture_(\d+)_(\w+)")  # vLLM's capture_32_FULL, SGLang's capture_32_DECODE
@@ -68,12 +68,14 @@ class CaptureGroup:
 def _windows(trace: Trace) -> list[tuple[int, int, int, int]]:
     """(pid, tid, start, end) of each stream capture, by start."""
     calls, out = trace.api_calls, []
+    names = calls.strings("name")
+    marks = {n for n in set(names) if n.endswith(_BEGIN) or n.endswith(_END)}
+    rows = [i for i, name in enumerate(names) if name in marks] if marks else []
     open_: dict[tuple[int, int], int] = {}
-    for name, start, pid, tid in zip(calls.strings("name"), calls.ints("start_ns").tolist(),
-                                     calls.ints("pid").tolist(), calls.ints("tid").tolist()):
-        if name.endswith(_BEGIN):
+    for i, start, pid, tid in zip(rows, *(calls.ints(c)[rows].tolist() for c in ("start_ns", "pid", "tid"))):
+        if names[i].endswith(_BEGIN):
             open_[(pid, tid)] = start
-        elif name.endswith(_END) and (pid, tid) in open_:
+        elif (pid, tid) in open_:
             out.append((pid, tid, open_.pop((pid, tid)), start))
     return sorted(out, key=lambda w: w[2])
 

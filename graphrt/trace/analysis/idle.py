@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from graphrt.measure.stats import percentile as sorted_percentile
 from graphrt.trace.analysis.timeline import StepTimeline
+from graphrt.trace.read.columns import ABSENT
 
 # Gaps under this between a kernel and the next one already launched count as back-to-back
 # (`kernel_wait`). A kernel boundary on one stream costs the GPU about 1-3 µs on recent parts.
@@ -60,45 +63,41 @@ class StepLaunchIdle:
 
 def launch_delays(timeline: StepTimeline) -> list[int]:
     """Per launch call that ran a kernel: its first kernel's start minus the call's end."""
-    first: dict[int, int] = {}
-    for w in timeline.work:
-        if w.launch is not None and w.launch not in first:
-            first[w.launch] = w.start_ns
-    return [start - timeline.launches[call].end_ns for call, start in sorted(first.items())]
+    launch = timeline.work.ints("launch")
+    has = launch != ABSENT
+    calls, first = np.unique(launch[has], return_index=True)  # each call, and its first work item (by start)
+    return (timeline.work.ints("start_ns")[has][first] - timeline.launches.ints("end_ns")[calls]).tolist()
 
 
 def idle_split(timeline: StepTimeline, kernel_wait_ns: int = KERNEL_WAIT_NS) -> dict[str, int]:
     """The gaps between the step's kernels, by cause (see the module docstring)."""
-    split = dict.fromkeys(IDLE_KINDS, 0)
-    busy_until: int | None = None  # the latest kernel end so far
-    for w in timeline.work:  # by start
-        if busy_until is not None and w.start_ns > busy_until:
-            gap = w.start_ns - busy_until
-            launched_at = timeline.launches[w.launch].start_ns if w.launch is not None else None
-            if launched_at is not None and launched_at > busy_until:
-                split["host_wait"] += gap
-            elif gap < kernel_wait_ns:
-                split["kernel_wait"] += gap
-            else:
-                split["other"] += gap
-        busy_until = w.end_ns if busy_until is None else max(busy_until, w.end_ns)
-    return split
+    starts, ends, launch = timeline.work.ints("start_ns"), timeline.work.ints("end_ns"), timeline.work.ints("launch")
+    if len(starts) < 2:
+        return dict.fromkeys(IDLE_KINDS, 0)
+    busy_until = np.maximum.accumulate(ends)[:-1]  # before each item after the first: the latest end so far
+    starts, launch = starts[1:], launch[1:]
+    gap = np.where(starts > busy_until, starts - busy_until, 0)
+    launched_at = np.where(launch != ABSENT, timeline.launches.ints("start_ns")[np.maximum(launch, 0)]
+                           if len(timeline.launches) else 0, ABSENT)
+    host = (launch != ABSENT) & (launched_at > busy_until)
+    kernel = ~host & (gap < kernel_wait_ns)
+    return {"host_wait": int(gap[host].sum()), "kernel_wait": int(gap[kernel].sum()),
+            "other": int(gap[~host & ~kernel].sum())}
 
 
 def step_launch_idle(timeline: StepTimeline, kernel_wait_ns: int = KERNEL_WAIT_NS) -> StepLaunchIdle:
     delays = launch_delays(timeline)
-    fanout: dict[int, int] = {n: 0 for n, call in enumerate(timeline.launches) if call.kind == "graph"}
-    for w in timeline.work:
-        if w.launch in fanout:
-            fanout[w.launch] += 1
-    kinds = [call.kind for call in timeline.launches]
+    kinds = timeline.launches.strings("kind")
+    launch = timeline.work.ints("launch")
+    per_call = np.bincount(launch[launch != ABSENT], minlength=len(kinds))
+    starts, ends = timeline.launches.ints("start_ns"), timeline.launches.ints("end_ns")
     return StepLaunchIdle(
         step=timeline.name, start_ns=timeline.start_ns,
         kernels=len(timeline.work) if timeline.unit == "kernel" else 0,
         kernel_launches=kinds.count("kernel"), graph_launches=kinds.count("graph"),
-        launch_cpu_ns=sum(call.end_ns - call.start_ns for call in timeline.launches),
+        launch_cpu_ns=int((ends - starts).sum()),
         delay_p50_ns=percentile(delays, 50), delay_p90_ns=percentile(delays, 90),
-        graph_fanout=list(fanout.values()),
+        graph_fanout=[int(per_call[n]) for n, kind in enumerate(kinds) if kind == "graph"],
         idle_ns=idle_split(timeline, kernel_wait_ns) if timeline.unit == "kernel" else dict.fromkeys(IDLE_KINDS, 0))
 
 
@@ -114,9 +113,14 @@ class BetweenPieces:
 
 def between_pieces(timeline: StepTimeline) -> BetweenPieces | None:
     """None for a step with fewer than two graph launches (no pieces to be between)."""
-    graphs = [call.start_ns for call in timeline.launches if call.kind == "graph"]
+    kinds, starts = timeline.launches.strings("kind"), timeline.launches.ints("start_ns")
+    graphs = [start for kind, start in zip(kinds, starts.tolist()) if kind == "graph"]
     if len(graphs) < 2:
         return None
-    inside = [w for w in timeline.work if w.launch is not None and timeline.launches[w.launch].kind == "kernel"
-              and graphs[0] < timeline.launches[w.launch].start_ns < graphs[-1]]
-    return BetweenPieces(len(inside), sum(w.duration_ns for w in inside))
+    launch = timeline.work.ints("launch")
+    by_kernel_call = np.array([kind == "kernel" for kind in kinds] + [False])  # the last: no call
+    call = np.where(launch != ABSENT, launch, len(kinds))
+    called_at = np.append(starts, 0)[call]
+    inside = by_kernel_call[call] & (graphs[0] < called_at) & (called_at < graphs[-1])
+    work = timeline.work
+    return BetweenPieces(int(inside.sum()), int((work.ints("end_ns") - work.ints("start_ns"))[inside].sum()))

@@ -21,7 +21,7 @@ a trace of millions of events is placed in a few seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,8 @@ import numpy as np
 from graphrt.measure.launch_names import launch_kind
 from graphrt.trace.analysis.markers import GRAPHRT, PROFILER, Step, choose_steps, group_label, step_mode
 from graphrt.trace.analysis.names import PROFILER_STEP, group_name
-from graphrt.trace.read.events import ABSENT, ApiCalls, Ranges, Table, Trace
+from graphrt.trace.read.columns import ABSENT, Table
+from graphrt.trace.read.events import ApiCalls, Ranges, Trace
 
 NONE = -1  # no range, in the index arrays below
 
@@ -96,16 +97,44 @@ def innermost_open(ranges: Table, parent: np.ndarray, items: Table, rows: np.nda
     return found
 
 
-def _spread(parent: np.ndarray, items: Iterable[int], homes: Iterable[int]) -> list[list[int]]:
-    """For each range, the items that belong to it or to a range inside it: an item counts for
-    its innermost range (its home, or NONE) and every range around it."""
-    per_range: list[list[int]] = [[] for _ in range(len(parent))]
-    up = parent.tolist()
-    for item, r in zip(items, homes):
-        while r != NONE:
-            per_range[r].append(item)
-            r = up[r]
-    return per_range
+class Members(Sequence[np.ndarray]):
+    """Per range, the items that belong to it, by index: `members[r]` is an int64 array (a view
+    of one array for all ranges, so a trace of millions of items holds 8 bytes per membership)."""
+
+    def __init__(self, flat: np.ndarray, bounds: np.ndarray) -> None:
+        self.flat, self.bounds = flat, bounds  # range r's items are flat[bounds[r]:bounds[r + 1]]
+
+    @classmethod
+    def of(cls, parent: np.ndarray, items: np.ndarray, homes: np.ndarray,
+           extra: tuple[np.ndarray, np.ndarray] | None = None) -> Members:
+        """Each item counts for its innermost range (its home, or NONE) and every range around
+        it, in the order of `items`; then `extra` (ranges, items), in its order."""
+        pairs = []  # (ranges, items, the order each pair is listed in), a level of nesting at a time
+        at, seq = homes, np.arange(len(items))
+        while len(at):
+            live = at != NONE
+            at, items, seq = at[live], items[live], seq[live]
+            pairs.append((at, items, seq))
+            at = parent[at]
+        if extra is not None:
+            pairs.append((*extra, len(homes) + np.arange(len(extra[1]))))
+        owner, member, seq = (joined(column) for column in zip(*pairs)) if pairs else (joined(()),) * 3
+        by_range = np.lexsort((seq, owner))
+        return cls(member[by_range], np.searchsorted(owner[by_range], np.arange(len(parent) + 1)))
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, r):  # type: ignore[override]: an int gives a range's items
+        return self.flat[self.bounds[r]:self.bounds[r + 1]]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and [m.tolist() for m in self] == [list(m) for m in other]
+
+
+def joined(parts: Iterable[np.ndarray]) -> np.ndarray:
+    """Integer arrays one after another (an empty one for none)."""
+    return np.concatenate([np.zeros(0, np.int64), *parts])
 
 
 def _optional(values: np.ndarray) -> list[int | None]:
@@ -117,12 +146,12 @@ class Membership:
     """Which items belong to each range (by index into the trace's lists), nested ranges included."""
 
     parent: list[int | None]  # per range: the innermost range around it on its thread
-    kernels: list[list[int]]  # per range: kernels launched inside it
-    launches: list[list[int]]  # per range: launch API calls made inside it
-    ops: list[list[int]]  # per range: top-level CPU ops run inside it
-    kernel_home: list[int | None]  # per kernel: the innermost range its launch call was made in
-    top_ops: list[int]  # the CPU ops no other op called, by index into Trace.cpu_ops
-    op_home: dict[int, int | None]  # per top-level op: the innermost range it ran in
+    kernels: Members  # per range: kernels launched inside it
+    launches: Members  # per range: launch API calls made inside it
+    ops: Members  # per range: top-level CPU ops run inside it
+    kernel_home: np.ndarray  # per kernel: the innermost range its launch call was made in (NONE: none)
+    top_ops: np.ndarray  # the CPU ops no other op called, by index into Trace.cpu_ops, ascending
+    op_home: np.ndarray  # per top-level op (of top_ops): the innermost range it ran in (NONE: none)
     steps: list[Step] = field(default_factory=list)  # the steps, by start (graphrt.trace.analysis.markers)
 
     @classmethod
@@ -140,14 +169,13 @@ class Membership:
         kernel_home[linked != ABSENT] = call_home[linked[linked != ABSENT]]
         top_ops = top_level(ops)
         op_home = innermost_open(ranges, parent, ops, top_ops)
+        elsewhere = _profiler_steps_elsewhere(trace, launches, top_ops)
         membership = cls(
             parent=_optional(parent),
-            kernels=_spread(parent, range(len(kernel_home)), kernel_home.tolist()),
-            launches=_spread(parent, launches.tolist(), call_home[launches].tolist()),
-            ops=_spread(parent, top_ops.tolist(), op_home.tolist()),
-            kernel_home=_optional(kernel_home), top_ops=top_ops.tolist(),
-            op_home=dict(zip(top_ops.tolist(), _optional(op_home))))
-        membership._widen_profiler_steps(trace, launches, top_ops)
+            kernels=Members.of(parent, np.arange(len(kernel_home)), kernel_home, elsewhere["kernels"]),
+            launches=Members.of(parent, launches, call_home[launches], elsewhere["launches"]),
+            ops=Members.of(parent, top_ops, op_home, elsewhere["ops"]),
+            kernel_home=kernel_home, top_ops=top_ops, op_home=op_home)
         membership.steps = membership._steps(ranges, kinds)
         return membership
 
@@ -165,29 +193,35 @@ class Membership:
             steps.append(Step(r, marker, mode, group_name(names[r]) if own else group_label(marker, mode)))
         return steps
 
-    def _widen_profiler_steps(self, trace: Trace, launches: np.ndarray, top_ops: np.ndarray) -> None:
-        """torch.profiler's `ProfilerStep#N` is an iteration of the whole process: the launch
-        calls and ops its other threads (autograd's backward thread, say) made while it was open
-        belong to it too, and the kernels those calls launched."""
-        calls, ops, ranges = trace.api_calls, trace.cpu_ops, trace.ranges
-        call_starts, call_pids, call_tids = calls.ints("start_ns"), calls.ints("pid"), calls.ints("tid")
-        is_launch = np.zeros(len(calls), dtype=bool)
-        is_launch[launches] = True
-        launch_of = trace.kernels.ints("launch")
-        by_launch = np.argsort(launch_of, kind="stable")  # kernels grouped by their call, in order
-        launched_sorted = launch_of[by_launch]
-        op_starts = ops.ints("start_ns")[top_ops]
-        op_pids, op_tids = ops.ints("pid")[top_ops], ops.ints("tid")[top_ops]
-        for r, name in enumerate(ranges.strings("name")):
-            if not name.startswith(PROFILER_STEP):
-                continue
-            rng = ranges[r]
-            lo, hi = np.searchsorted(call_starts, rng.start_ns, side="left"), np.searchsorted(call_starts, rng.end_ns, side="right")
-            elsewhere = np.arange(lo, hi)[(call_pids[lo:hi] == rng.pid) & (call_tids[lo:hi] != rng.tid)]
-            self.launches[r] += elsewhere[is_launch[elsewhere]].tolist()
-            firsts = np.searchsorted(launched_sorted, elsewhere, side="left")
-            lasts = np.searchsorted(launched_sorted, elsewhere, side="right")
-            self.kernels[r] += [k for a, b in zip(firsts.tolist(), lasts.tolist()) for k in by_launch[a:b].tolist()]
-            lo, hi = np.searchsorted(op_starts, rng.start_ns, side="left"), np.searchsorted(op_starts, rng.end_ns, side="right")
-            on = (op_pids[lo:hi] == rng.pid) & (op_tids[lo:hi] != rng.tid)
-            self.ops[r] += top_ops[lo:hi][on].tolist()
+
+
+def _profiler_steps_elsewhere(trace: Trace, launches: np.ndarray,
+                              top_ops: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """torch.profiler's `ProfilerStep#N` is an iteration of the whole process: the launch calls
+    and ops its other threads (autograd's backward thread, say) made while it was open belong to
+    it too, and the kernels those calls launched. Per kind of item ("launches", "kernels",
+    "ops"), what this adds as (ranges, items): a ProfilerStep range beside each such item."""
+    calls, ops, ranges = trace.api_calls, trace.cpu_ops, trace.ranges
+    call_starts, call_pids, call_tids = calls.ints("start_ns"), calls.ints("pid"), calls.ints("tid")
+    is_launch = np.zeros(len(calls), dtype=bool)
+    is_launch[launches] = True
+    launch_of = trace.kernels.ints("launch")
+    by_launch = np.argsort(launch_of, kind="stable")  # kernels grouped by their call, in order
+    launched_sorted = launch_of[by_launch]
+    op_starts = ops.ints("start_ns")[top_ops]
+    op_pids, op_tids = ops.ints("pid")[top_ops], ops.ints("tid")[top_ops]
+    added: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"launches": [], "kernels": [], "ops": []}
+    for r, name in enumerate(ranges.strings("name")):
+        if not name.startswith(PROFILER_STEP):
+            continue
+        rng = ranges[r]
+        lo, hi = np.searchsorted(call_starts, rng.start_ns, side="left"), np.searchsorted(call_starts, rng.end_ns, side="right")
+        elsewhere = np.arange(lo, hi)[(call_pids[lo:hi] == rng.pid) & (call_tids[lo:hi] != rng.tid)]
+        firsts = np.searchsorted(launched_sorted, elsewhere, side="left")
+        lasts = np.searchsorted(launched_sorted, elsewhere, side="right")
+        lo, hi = np.searchsorted(op_starts, rng.start_ns, side="left"), np.searchsorted(op_starts, rng.end_ns, side="right")
+        for kind, items in (("launches", elsewhere[is_launch[elsewhere]]),
+                            ("kernels", joined(by_launch[a:b] for a, b in zip(firsts.tolist(), lasts.tolist()))),
+                            ("ops", top_ops[lo:hi][(op_pids[lo:hi] == rng.pid) & (op_tids[lo:hi] != rng.tid)])):
+            added[kind].append((np.full(len(items), r, dtype=np.int64), items))
+    return {kind: (joined(r for r, _ in pairs), joined(items for _, items in pairs)) for kind, pairs in added.items()}

@@ -28,7 +28,7 @@ from typing import Any
 from tabulate import tabulate
 
 from graphrt.errors import GraphrtError
-from graphrt.measure.collective_share import NAMESPACE, OF, Measure, kernel_time, share
+from graphrt.measure.collective_share import NAMESPACE, OF, Measure, kernel_time_of, share
 from graphrt.measure.intervals import busy_and_gaps
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.steps import StepGroup
@@ -88,23 +88,29 @@ def collective_time(trace: Trace, membership: Membership) -> dict[str, list[Coll
 
 
 def _gpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[int, CollectiveTime | None]:
+    names, starts, ends = (trace.kernels.strings("name"), trace.kernels.ints("start_ns"),
+                           trace.kernels.ints("end_ns"))
     out: dict[int, CollectiveTime | None] = {}
     for r in steps:
-        kernels = (trace.kernels[i] for i in membership.kernels[r])
-        spent = kernel_time((k.name, k.start_ns, k.end_ns) for k in kernels)
+        kernels = membership.kernels[r]
+        spent = kernel_time_of([names[i] for i in kernels.tolist()], starts[kernels], ends[kernels])
         out[r] = None if spent is None else CollectiveTime(*spent, "gpu")
     return out
 
 
 def _cpu_time(trace: Trace, membership: Membership, steps: list[int]) -> dict[int, CollectiveTime | None]:
+    ranges, ops = trace.ranges, trace.cpu_ops
     spans: dict[int, list[tuple[int, int]]] = {r: [] for r in steps}  # step range -> its collective spans
-    for r, rng in enumerate(trace.ranges):
-        if rng.name.endswith(COLLECTIVE_MODULE) and (step := _enclosing(membership, r, spans)) is not None:
-            spans[step].append((rng.start_ns, rng.end_ns))
+    for r, name in enumerate(ranges.strings("name")):
+        if name.endswith(COLLECTIVE_MODULE) and (step := _enclosing(membership, r, spans)) is not None:
+            spans[step].append((ranges[r].start_ns, ranges[r].end_ns))
+    op_names = ops.strings("name")
     for r in steps:
-        ops = (trace.cpu_ops[i] for i in membership.ops[r])
-        spans[r] += [(op.start_ns, op.end_ns) for op in ops if op.name.startswith(_COLLECTIVE_OP)]
-    return {r: CollectiveTime(busy_and_gaps(spans[r])[0], trace.ranges[r].duration_ns, "cpu") for r in steps}
+        mine = membership.ops[r]
+        spans[r] += [(start, end) for i, start, end in zip(mine.tolist(), ops.ints("start_ns")[mine].tolist(),
+                                                           ops.ints("end_ns")[mine].tolist())
+                     if op_names[i].startswith(_COLLECTIVE_OP)]
+    return {r: CollectiveTime(busy_and_gaps(spans[r])[0], ranges[r].duration_ns, "cpu") for r in steps}
 
 
 def _enclosing(membership: Membership, r: int, steps: dict[int, Any]) -> int | None:

@@ -24,10 +24,11 @@ import numpy as np
 
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
-from graphrt.trace.analysis.membership import Membership, call_kinds
+from graphrt.trace.analysis.membership import Membership, call_kinds, joined
 from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step
 from graphrt.trace.analysis.names import group_name
-from graphrt.trace.read.events import ABSENT, Table, Trace
+from graphrt.trace.read.columns import ABSENT, Table
+from graphrt.trace.read.events import Trace
 
 
 def range_kind(name: str) -> str | None:
@@ -173,17 +174,17 @@ def unlinked_graph_launches(trace: Trace) -> set[int]:
     return {i for i, kind in enumerate(call_kinds(trace.api_calls)) if kind == "graph" and i not in linked}
 
 
-def _durations(table: Table, rows: list[int]) -> np.ndarray:
-    index = np.array(rows, dtype=np.int64)
+def _durations(table: Table, rows: list[int] | np.ndarray) -> np.ndarray:
+    index = np.asarray(rows, dtype=np.int64)
     return table.ints("end_ns")[index] - table.ints("start_ns")[index]
 
 
 def _step(trace: Trace, att: Membership, r: int, unlinked: set[int], kinds: list[str | None]) -> StepFigures:
     """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels;
     `kinds`: each call's launch kind."""
-    kernels = np.array(att.kernels[r], dtype=np.int64)
+    kernels = att.kernels[r]
     launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
-    for i, ns in zip(att.launches[r], _durations(trace.api_calls, att.launches[r]).tolist()):
+    for i, ns in zip(att.launches[r].tolist(), _durations(trace.api_calls, att.launches[r]).tolist()):
         launch_ns[kinds[i]].append(ns)  # type: ignore[index]: launch calls only
     busy, gaps = busy_and_gaps_of(trace.kernels.ints("start_ns")[kernels], trace.kernels.ints("end_ns")[kernels])
     rng = trace.ranges[r]
@@ -236,8 +237,8 @@ def _step_groups(records: list[StepRecord]) -> list[StepGroup]:
 def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int],
              unlinked: set[int], kinds: list[str | None]) -> RangeFigures:
     # kernels unknown around a graph launch where the trace's graph kernels are not linked (_step)
-    unknown = bool(unlinked) and any(kinds[i] == "graph" for r in members for i in att.launches[r])
-    kernels = [i for r in members for i in att.kernels[r]]
+    unknown = bool(unlinked) and any(kinds[i] == "graph" for r in members for i in att.launches[r].tolist())
+    kernels = joined(att.kernels[r] for r in members)
     return RangeFigures(
         key=key, domain=domain, count=len(members), total_ns=int(_durations(trace.ranges, members).sum()),
         kernels=None if unknown else len(kernels),

@@ -4,21 +4,20 @@ Both readers (Nsight Systems SQLite exports and torch.profiler Chrome traces) pr
 the analysis only ever sees these classes. All times are integer nanoseconds on the trace's own
 clock; CPU-side things (ranges, API calls, CPU ops) carry the process and thread they ran on.
 
-A trace holds its items as columns (`Table`): a trace of millions of events takes tens of bytes
-an event, not a Python object each. Reading a row (`trace.kernels[i]`) gives the item's
-dataclass, made then.
+A trace holds its items as columns (graphrt.trace.read.columns.Table): a trace of millions of
+events takes tens of bytes an event, not a Python object each. Reading a row (`trace.kernels[i]`)
+gives the item's dataclass, made then.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
-T = TypeVar("T")
+from graphrt.trace.read.columns import ABSENT, Table
+
 Progress = Callable[[int, int], None]  # a reader's (bytes of the file read, events read so far)
 
 
@@ -97,99 +96,6 @@ class CpuOp:
     tid: int
 
 
-# ---------------------------------------------------------------------------------------------
-# Columns: a trace of millions of events holds no Python object per event
-
-
-ABSENT = -(1 << 63)  # an optional integer (Kernel.stream, .launch, ...) that is None
-
-
-class Table(Sequence[T]):
-    """Items of one kind as columns: one `array('q')` per integer field, one list of interned
-    strings per text field (each distinct name held once, 8 bytes a row). A row read by index or
-    iteration is made then (the dataclass `row`), so code written against lists of items reads
-    a table unchanged; hot loops read the columns (`ints`, `strings`).
-
-    A reader fills a table by `append`ing one row's fields at a time, then sorts it by start
-    (`sorted_by_start`)."""
-
-    row: type[T]
-    int_fields: tuple[str, ...]
-    str_fields: tuple[str, ...]
-    optional: frozenset[str] = frozenset()  # int fields that may be None (stored as ABSENT)
-
-    def __init__(self) -> None:
-        self._ints = {f: array("q") for f in self.int_fields}
-        self._strs: dict[str, list[str]] = {f: [] for f in self.str_fields}
-        self._order = [getattr(self, "_ints" if f in self._ints else "_strs")[f]
-                       for f in (fl.name for fl in fields(self.row))]
-        self._absent = [fl.name in self.optional for fl in fields(self.row)]
-
-    @classmethod
-    def of(cls, rows: Iterable[T]) -> "Table[T]":
-        table = cls()
-        for row in rows:
-            table.append(*(getattr(row, fl.name) for fl in fields(cls.row)))
-        return table
-
-    def append(self, *values: Any) -> None:
-        """One row, its fields in the dataclass's order."""
-        for column, value, optional in zip(self._order, values, self._absent):
-            column.append(ABSENT if optional and value is None else value)
-
-    def extend(self, **columns: Sequence[Any] | np.ndarray) -> None:
-        """Many rows at once: every field's values, one sequence (or integer array) a field."""
-        assert columns.keys() == set(self.int_fields) | set(self.str_fields), columns.keys()
-        for name, values in columns.items():
-            if name in self._strs:
-                self._strs[name].extend(values)  # type: ignore[arg-type]
-            elif isinstance(values, np.ndarray):
-                self._ints[name].frombytes(values.astype(np.int64).tobytes())
-            else:
-                self._ints[name].extend(ABSENT if v is None else v for v in values)
-
-    def ints(self, name: str) -> np.ndarray:
-        """An integer column as int64, sharing the column's memory (read it, do not keep it
-        across an `append`)."""
-        return np.frombuffer(self._ints[name], dtype=np.int64)
-
-    def set_ints(self, name: str, values: np.ndarray) -> None:
-        """Fill an integer column, one value a row (ABSENT for None)."""
-        column = self._ints[name]
-        del column[:]
-        column.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
-
-    def strings(self, name: str) -> list[str]:
-        return self._strs[name]
-
-    def __len__(self) -> int:
-        return len(self._order[0])
-
-    def __getitem__(self, i):  # type: ignore[override]: an int gives a row; a slice, rows
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        return self.row(*(None if optional and column[i] == ABSENT else column[i]
-                          for column, optional in zip(self._order, self._absent)))
-
-    def __iter__(self) -> Iterator[T]:
-        return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    def sorted_by_start(self) -> np.ndarray:
-        """Order the rows by start, rows that start together in the order they were added (as a
-        stable sort of the rows would); returns the order (new row i was row order[i])."""
-        order = np.argsort(self.ints("start_ns"), kind="stable")
-        if np.all(order[1:] > order[:-1]):
-            return order
-        for name in self._ints:
-            self.set_ints(name, self.ints(name)[order])
-        for column in self._strs.values():
-            column[:] = [column[i] for i in order.tolist()]
-        return order
-
-
 class Ranges(Table[Range]):
     row, int_fields, str_fields = Range, ("start_ns", "end_ns", "pid", "tid"), ("name", "domain")
 
@@ -258,8 +164,7 @@ def link_launches(call_keys: np.ndarray, call_starts: np.ndarray, kernel_keys: n
     n = len(call_starts)
     if n == 0 or len(kernel_starts) == 0:
         return np.full(len(kernel_starts), ABSENT, dtype=np.int64)
-    _, dense = np.unique(np.concatenate([call_keys, kernel_keys]), axis=0, return_inverse=True)
-    dense = dense.reshape(-1).astype(np.int64)
+    dense = _dense(np.concatenate([call_keys, kernel_keys]))
     call_key, kernel_key = dense[:n], dense[n:]
     by_key = np.argsort(call_key, kind="stable")  # by key, then by index (start order)
     composite = call_key[by_key] * (n + 1) + by_key
@@ -267,3 +172,12 @@ def link_launches(call_keys: np.ndarray, call_starts: np.ndarray, kernel_keys: n
     j = np.searchsorted(composite, kernel_key * (n + 1) + begun, side="left") - 1
     found = (j >= 0) & (call_key[by_key[np.maximum(j, 0)]] == kernel_key)
     return np.where(found, by_key[np.maximum(j, 0)], ABSENT)
+
+
+def _dense(keys: np.ndarray) -> np.ndarray:
+    """Each row's number among the distinct rows of `keys`, in their sorted order (0, 1, ...)."""
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    dense = np.empty(len(keys), dtype=np.int64)
+    dense[order] = np.cumsum(np.concatenate([[False], np.any(ordered[1:] != ordered[:-1], axis=1)]))
+    return dense

@@ -3,24 +3,24 @@
     for first, batch in stream_events(path, Event, progress):   # batch: list[Event], decoded by msgspec
         ...                                                      # first: the index of batch[0]
 
-A trace is `{..., "traceEvents": [event, event, ...], ...}` or a bare list of events. The bytes
-before the list and after it (the head and the tail: schemaVersion, deviceProperties, ...) are
-kept and parsed as one object with the list left empty (`head_and_tail`). The list itself is cut
-into batches of about CHUNK bytes at an event's closing brace, each decoded by msgspec into the
-caller's `Struct` (which names only the fields it needs: msgspec skips the rest without making
-them). A cut is only tried at a `}` followed by `,` or `]`; one that falls inside an event (a
-nested object followed by another) or past the list's end fails to decode, and an earlier one
-is tried (before the byte the decoder stopped at, where it says).
+The document around the event list is read by graphrt.trace.read.json_document. The list itself
+is read CHUNK bytes at a time into one buffer and cut into batches at an event's closing brace,
+each decoded by msgspec, in place, into the caller's `Struct` (which names only the fields it
+needs: msgspec skips the rest without making them). A cut is only tried at a `}` followed by `,`
+or `]`. One inside an event (a nested object followed by another) fails to decode where the
+batch ends, one past the list's end with trailing characters, and an earlier one is tried; a
+batch that fails anywhere else is broken there. Where no cut decodes (an event longer than the
+buffer), more bytes are read, and tried once the buffer has doubled: an event of n bytes costs
+O(n) whatever is inside it, and one of more than HELD_MAX bytes is refused.
 
 A gzip file is inflated on a second thread (zlib releases the GIL) while this one decodes.
-Where the input breaks, the GraphrtError names the file and the byte (of the inflated JSON, for
-a gzip) or the event.
+Where the input breaks, the GraphrtError names the file, the byte (of the inflated JSON, for a
+gzip) and the event.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import queue
 import re
 import threading
@@ -33,23 +33,22 @@ import msgspec
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.events import Progress
+from graphrt.trace.read.json_document import (HELD_MAX, NOT_A_TRACE, TOO_DEEP, ListStart, first_to_fail,
+                                              head_and_tail, parse, too_deep)
 
 GZIP_MAGIC = b"\x1f\x8b"
-CHUNK = 4 << 20  # bytes per read and per decoded batch: ~13k kineto events
-_CUT_TRIES = 8  # cuts tried, latest first, before a batch is taken to be broken
-_WHITESPACE = b" \t\r\n"
-_BOM = b"\xef\xbb\xbf"
-# the tokens that shape a JSON document's head: strings (skipped whole) and punctuation
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\],:]')
+CHUNK = 1 << 20  # bytes per read, and about per decoded batch (~4k kineto events)
+_CUT_TRIES = 8  # cuts tried, latest first, before more bytes are read
+_BLANKS = re.compile(rb"[ \t\r\n]*")
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _AT_EVENT = re.compile(r"at `\$\[(\d+)\](.*)`$")  # at `$[12]`, or at `$[12].args.stream`
+_CUT_SHORT = "Input data was truncated"  # msgspec's words where the input ends inside a value
+_WORD = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-\\"  # a number's, a literal's, an escape's
 LACKS_A_FIELD = "a Chrome-trace event lacks a usable field"
 EXPECTED_FIELDS = "expected name, ts and dur on every complete ('X') event"
+_OPEN, _CLOSE = ord("["), ord("]")
 
 E = TypeVar("E")
-
-NOT_A_TRACE = ("JSON but not a Chrome trace; expected a list of events with a 'ph' field, or an "
-               "object holding one in 'traceEvents'")
 
 
 def _chunks(path: Path, stop: threading.Event) -> Iterator[tuple[bytes, int]]:
@@ -87,145 +86,198 @@ def _chunks(path: Path, stop: threading.Event) -> Iterator[tuple[bytes, int]]:
         yield item
 
 
-def _events_start(head: bytes) -> int | None:
-    """Where the event list's first event may begin in `head` (after its `[`), or None if `head`
-    does not reach it yet."""
-    stripped = head.lstrip(_WHITESPACE)
-    if stripped.startswith(_BOM):
-        stripped = stripped[len(_BOM):].lstrip(_WHITESPACE)
-    if stripped[:1] == b"[":
-        return len(head) - len(stripped) + 1
-    depth, key = 0, None
-    for token in _TOKEN.finditer(head):
-        t = token.group()
-        if t in (b"{", b"["):
-            if depth == 1 and t == b"[" and key == b'"traceEvents"':
-                return token.end()
-            depth, key = depth + 1, None
-        elif t in (b"}", b"]"):
-            depth -= 1
-        elif t[:1] == b'"' and depth == 1:
-            key = t if key is None else None  # a key, then the string value after its colon
-        elif t == b",":
-            key = None
-    return None
+def _head(path: Path, chunks: Iterator[tuple[bytes, int]]) -> tuple[bytearray, int]:
+    """(the bytes read so far, the index in them just after the event list's `[`); GraphrtError
+    where the file has no event list."""
+    buf, start = bytearray(), ListStart()
+    for chunk, _ in chunks:
+        buf += chunk
+        if (found := start.find(buf)) is not None:
+            return buf, found
+        if len(buf) > HELD_MAX:
+            raise GraphrtError(f"{path}: {NOT_A_TRACE} (no event list in its first {HELD_MAX >> 20} MiB)")
+    parse(path, bytes(buf), lambda i: f"byte {i:,}")
+    raise GraphrtError(f"{path}: {NOT_A_TRACE}")
 
 
-def head_and_tail(path: Path, head: bytes, tail: bytes) -> Any:
-    """The document with its event list left empty: its schemaVersion and the rest. `head` ends
-    with the list's `[`, `tail` starts after its `]`."""
-    try:
-        return json.loads(head + b"]" + tail)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({e})") from None
-
-
-def _next_cut(buf: bytes | bytearray, before: int) -> int:
+def _next_cut(buf: bytearray, before: int) -> int:
     """The end of the latest `}` before `before` that a `,` or `]` follows, or -1."""
     i = buf.rfind(b"}", 0, before)
     while i >= 0:
-        j = i + 1
-        while j < len(buf) and buf[j] in _WHITESPACE:
-            j += 1
+        j = _BLANKS.match(buf, i + 1).end()  # type: ignore[union-attr]: always matches
         if j < len(buf) and buf[j] in b",]":
             return i + 1
         i = buf.rfind(b"}", 0, i)
     return -1
 
 
-def _broken(path: Path, error: msgspec.MsgspecError, offset: int, first: int) -> GraphrtError:
-    """One line for a batch that would not decode: `offset` is the byte of the JSON the batch
-    began at, `first` the index of its first event."""
-    message = str(error)
-    if (at := _AT_EVENT.search(message)) is not None:
-        what, where = message.split(" - at ")[0], f"traceEvents[{first + int(at.group(1))}]{at.group(2)}"
-        if at.group(2):  # a field of the event
-            return GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}: {what}); {EXPECTED_FIELDS}")
-        return GraphrtError(f"{path}: {NOT_A_TRACE} ({where}: {what})")
-    if (at := _AT_BYTE.search(message)) is not None:
-        byte = offset + int(at.group(1)) - 1  # less the "[" the batch was given
-        return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {byte:,}, in or after "
-                            f"traceEvents[{first}]: {_AT_BYTE.sub('', message).strip()})")
-    return GraphrtError(f"{path}: not a readable Chrome-trace JSON ({message} in traceEvents[{first}] "
-                        f"or after it, from byte {offset:,})")
+def _probe_end(buf: bytearray) -> int:
+    """Where a decode of an unfinished buffer may end to find a break in what has come: not
+    inside a number, a literal or an escape, which would read as broken there (0 where the
+    buffer ends in a long one)."""
+    end = len(buf) - 1
+    while end > 1 and buf[end - 1] in _WORD and len(buf) - end < 64:
+        end -= 1
+    return 0 if buf[end - 1] in _WORD else end
 
 
-def _document_without_events(path: Path, chunks: Iterator[tuple[bytes, int]]) -> tuple[bytes, int]:
-    """(the bytes up to and with the event list's `[`, where in them its first event may begin);
-    GraphrtError where the file has no event list."""
-    buf = b""
-    for chunk, _ in chunks:
-        buf += chunk
-        if (start := _events_start(buf)) is not None:
-            return buf, start
-    try:
-        json.loads(buf)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({e})") from None
-    raise GraphrtError(f"{path}: {NOT_A_TRACE}")
+class _Pending:
+    """The bytes of the event list read and not yet decoded: `buf[0]` is a `[` (the list's own, or
+    put in place of the comma after the last event decoded), and `buf[i]` is byte `base + i` of
+    the JSON; `first` is the index of the first event in it."""
+
+    def __init__(self, path: Path, decoder: msgspec.json.Decoder, buf: bytearray, base: int) -> None:
+        self.path, self.decoder, self.buf, self.base, self.first = path, decoder, buf, base, 0
+
+    def decode(self, end: int) -> list:
+        """The events of buf[1:end], a `]` put at `end` while msgspec reads them in place."""
+        buf = self.buf
+        kept, buf[end] = buf[end], _CLOSE
+        try:
+            with memoryview(buf) as view, view[:end + 1] as events:
+                return self.decoder.decode(events)
+        finally:
+            buf[end] = kept
+
+    def batch(self) -> list | None:
+        """The events up to the latest cut that decodes, taken out of the buffer; None where no
+        cut of the last few does. GraphrtError where the events break."""
+        buf, cut = self.buf, len(self.buf)
+        for _ in range(_CUT_TRIES):
+            if (cut := _next_cut(buf, cut)) <= 1:
+                if (end := _probe_end(buf)) > 1:  # no cut: decoded only to find a break in what has come
+                    self._attempt(end)
+                return None
+            events, cut = self._attempt(cut)
+            if events is not None:
+                self.first += len(events)
+                after = _BLANKS.match(buf, cut).end()  # type: ignore[union-attr]: the `,` or `]` after the cut
+                self._drop(after if buf[after] == ord(",") else after - 1)  # the `]` stays, to be seen
+                return events
+        return None
+
+    def _attempt(self, end: int) -> tuple[list | None, int]:
+        """(the events of buf[1:end], end); (None, where to look for a cut next) where `end` falls
+        inside an event or past the list's end; GraphrtError where they break before `end`."""
+        try:
+            return self.decode(end), end
+        except (msgspec.MsgspecError, RecursionError) as e:
+            if self._breaks_before(e, end):
+                raise self._refusal(e, end) from None
+            at = _AT_BYTE.search(str(e))
+            return None, min(end - 1, int(at.group(1)) - 1) if at else end - 1
+
+    @staticmethod
+    def _breaks_before(error: Exception, end: int) -> bool:
+        """Whether decoding up to `end` failed because the events before it break, not because
+        `end` falls inside an event (the decoder stops where `end` is, or at a string or number
+        left open) or past the list's end (trailing characters)."""
+        if not isinstance(error, msgspec.DecodeError):
+            return True  # a wrong field in a whole event, or nesting too deep
+        message = str(error)
+        if (at := _AT_BYTE.search(message)) is None:
+            return message != _CUT_SHORT  # a closed string that is not UTF-8, say
+        return int(at.group(1)) < end and "trailing characters" not in message
+
+    def ended(self) -> bool:
+        """Whether the list's `]` is all that is left of it, blanks aside (dropped)."""
+        end = _BLANKS.match(self.buf, 1).end()  # type: ignore[union-attr]: always matches
+        if end > 1:
+            self._drop(end - 1)
+        return len(self.buf) > 1 and self.buf[1] == _CLOSE
+
+    def _drop(self, n: int) -> None:
+        """Take the first n bytes out of the buffer, the byte that follows them becoming its `[`."""
+        del self.buf[:n]
+        self.base += n
+        self.buf[0] = _OPEN
+
+    def _events_before(self, at: int) -> int:
+        """The index of the event byte `at` of the buffer is in: those of the latest cut before
+        it that decodes (a few tries; else the buffer's first)."""
+        cut = at
+        for _ in range(_CUT_TRIES):
+            if (cut := _next_cut(self.buf, cut)) <= 1:
+                break
+            try:
+                return self.first + len(self.decode(cut))
+            except (msgspec.MsgspecError, RecursionError):
+                cut -= 1
+        return self.first
+
+    def _refusal(self, error: Exception, end: int) -> GraphrtError:
+        """One line for events that break before `end`: the event, and the byte where it breaks
+        (where msgspec does not say, the shortest prefix that fails so)."""
+        message, path = str(error), self.path
+        if (at := _AT_EVENT.search(message)) is not None:  # a field of the right shape, or an event, is not
+            what, where = message.split(" - at ")[0], f"traceEvents[{self.first + int(at.group(1))}]{at.group(2)}"
+            if at.group(2):  # a field of the event
+                return GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}: {what}); {EXPECTED_FIELDS}")
+            return GraphrtError(f"{path}: {NOT_A_TRACE} ({where}: {what})")
+        if (at := _AT_BYTE.search(message)) is not None:
+            byte, what = int(at.group(1)), _AT_BYTE.sub("", message).strip()
+        elif too_deep(error):
+            byte, what = first_to_fail(self.decode, end, too_deep), TOO_DEEP
+        else:
+            byte, what = first_to_fail(self.decode, end, lambda e: str(e) == message), message
+        return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {self.base + byte:,}, in "
+                            f"traceEvents[{self._events_before(byte)}]: {what})")
+
+    def last_batch(self) -> list:
+        """The events left at the end of the file, up to its last `]`: the list's end, or the
+        file is broken (cut short, or where msgspec says)."""
+        if (end := self.buf.rfind(b"]", 1)) > 0 and (events := self._attempt(end)[0]) is not None:
+            self.first += len(events)
+            self._drop(end - 1)
+            return events
+        raise GraphrtError(f"{self.path}: not a readable Chrome-trace JSON (it ends inside traceEvents, after "
+                           f"{self.first:,} events and {self.base + len(self.buf):,} bytes: cut short?)")
 
 
 def stream_events(path: Path, event: type[E], progress: Progress | None = None,
                   out: dict | None = None) -> Iterator[tuple[int, list[E]]]:
     """The file's events as (index of the first, batch), each batch decoded into `event`.
     `out["document"]` is set, at the end, to the document without its events (`head_and_tail`)."""
-    decoder = msgspec.json.Decoder(list[event])
     stop = threading.Event()
     chunks = _chunks(path, stop)
     try:
-        buf, offset = _document_without_events(path, chunks)  # offset: the byte buf[0] is at
-        head, buf = buf[:offset], buf[offset:]
-        first = 0  # the index of the next event
-        while True:
-            stripped = buf.lstrip(_WHITESPACE + b",")
-            offset, buf = offset + len(buf) - len(stripped), stripped
-            if buf[:1] == b"]":
-                break
-            batch, cut = _decode_batch(path, decoder, buf, offset, first)
-            if batch is None:
-                chunk = next(chunks, None)
-                if chunk is None:  # the rest of the file is the last batch, or broken
-                    batch, cut = _last_batch(path, decoder, buf, offset, first)
-                else:
-                    buf += chunk[0]
-                    if progress:
-                        progress(chunk[1], first)
+        buf, start = _head(path, chunks)
+        head = bytes(buf[:start])
+        pending = _Pending(path, msgspec.json.Decoder(list[event]), buf[start - 1:], start - 1)
+        del buf
+        retry_at = 0  # decode again once the buffer is this long (it doubles after a failed try)
+        while not pending.ended():
+            if len(pending.buf) >= retry_at:
+                first = pending.first
+                if (batch := pending.batch()) is not None:
+                    retry_at = 0
+                    yield first, batch
                     continue
-            yield first, batch
-            first, offset, buf = first + len(batch), offset + cut, buf[cut:]
-        tail = buf[1:] + b"".join(c for c, _ in chunks)
+                retry_at = 2 * len(pending.buf)
+            if (chunk := next(chunks, None)) is None:  # the rest of the file is the last batch, or broken
+                first = pending.first
+                yield first, pending.batch() or pending.last_batch()
+                continue
+            if len(pending.buf) > HELD_MAX:
+                begins = pending.base + _BLANKS.match(pending.buf, 1).end()  # type: ignore[union-attr]: always matches
+                raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (traceEvents[{pending.first:,}], from "
+                                   f"byte {begins:,}, runs past {HELD_MAX >> 20} MiB: no event is that long)")
+            pending.buf += chunk[0]
+            if progress:
+                progress(chunk[1], pending.first)
+        tail = _tail(path, pending, chunks)
         if out is not None:
-            out["document"] = head_and_tail(path, head, tail)
+            out["document"] = head_and_tail(path, head, tail, pending.base + 2)
     finally:
         stop.set()
 
 
-def _decode_batch(path: Path, decoder: msgspec.json.Decoder, buf: bytes, offset: int,
-                  first: int) -> tuple[list | None, int]:
-    """(the events of `buf` up to the latest cut that decodes, the cut's end), or (None, 0)
-    where no cut of the last few does: more bytes are needed, or the JSON is broken there."""
-    cut = len(buf)
-    for _ in range(_CUT_TRIES):
-        if (cut := _next_cut(buf, cut)) <= 0:
-            break
-        try:
-            return decoder.decode(b"[" + buf[:cut] + b"]"), cut
-        except msgspec.ValidationError as e:  # the events before the cut are whole: this one is wrong
-            raise _broken(path, e, offset, first) from None
-        except msgspec.DecodeError as e:  # a cut inside an event, or past the list's end
-            at = _AT_BYTE.search(str(e))
-            cut = min(cut - 1, int(at.group(1)) - 1) if at else cut - 1
-    return None, 0
-
-
-def _last_batch(path: Path, decoder: msgspec.json.Decoder, buf: bytes, offset: int,
-                first: int) -> tuple[list, int]:
-    """The events left at the end of the file, up to the list's closing `]`."""
-    end = buf.rfind(b"]")
-    if end < 0:
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (it ends inside traceEvents, "
-                           f"after {first:,} events and {offset + len(buf):,} bytes: cut short?)")
-    try:
-        return decoder.decode(b"[" + buf[:end] + b"]"), end
-    except msgspec.MsgspecError as e:
-        raise _broken(path, e, offset, first) from None
+def _tail(path: Path, pending: _Pending, chunks: Iterator[tuple[bytes, int]]) -> bytes:
+    """What follows the event list's `]`, at most HELD_MAX bytes of it."""
+    tail = bytearray(pending.buf[2:])
+    for chunk, _ in chunks:
+        tail += chunk
+        if len(tail) > HELD_MAX:
+            raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (more than {HELD_MAX >> 20} MiB after "
+                               f"traceEvents, from byte {pending.base + 2:,}: no profiler writes that)")
+    return bytes(tail)

@@ -14,11 +14,13 @@ QUIET_S = 1.5  # a read done by then says nothing
 class ReadProgress:
     """A reader's progress callback (graphrt.trace.read.events.Progress) for one file."""
 
-    def __init__(self, path: Path, out: TextIO | None = None):
+    def __init__(self, path: Path, out: TextIO | None = None, live: bool = True):
+        """`live`: one line kept up to date where `out` is a terminal; else a line every few
+        seconds (as where several files are read at once)."""
         self.path, self.out = path, out or sys.stderr
         self.size = path.stat().st_size
         self.began = self.last = time.monotonic()
-        self.live = self.out.isatty()
+        self.live = live and self.out.isatty()
         self.said = False
 
     def __call__(self, read_bytes: int, events: int) -> None:

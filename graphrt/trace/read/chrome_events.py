@@ -1,0 +1,131 @@
+"""What graphrt reads of one torch.profiler Chrome-trace event, and the rules that make it a row
+of a trace's tables (graphrt.trace.read.chrome says which category becomes which).
+
+`Event` names the fields graphrt reads; msgspec skips the others unread. `add_event` puts one
+event into a trace's columns, field by field, as these rules say; graphrt.trace.read.chrome_batch
+puts a whole batch in at once where its fields have the usual shapes, to the same effect.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+import msgspec
+
+from graphrt.trace.analysis.markers import PYTHON_DOMAIN, is_runner_function
+from graphrt.trace.read.events import Trace
+
+MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
+# the table each category of complete event goes into
+RANGE, PYTHON, OP, API, KERNEL = 1, 2, 3, 4, 5
+TABLE_OF = {"user_annotation": RANGE, "python_function": PYTHON, "cpu_op": OP, "cuda_runtime": API,
+            "cuda_driver": API, "kernel": KERNEL}
+FRAME, RUNNER = 1, 2  # what a python function is kept as: a module's frame, a runner's step
+
+Number = int | float | str  # what a file may hold where a number belongs
+
+
+class Args(msgspec.Struct, gc=False):
+    correlation: Number | None = None
+    device: Number | None = None
+    stream: Number | None = None
+    graph_node: Number | None = msgspec.field(name="graph node id", default=None)
+    graph: Number | None = msgspec.field(name="graph id", default=None)
+    kernel: str | None = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields of a Chrome-trace event graphrt reads."""
+
+    ph: str
+    name: str | None = None
+    cat: str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    pid: Number | None = None
+    tid: Number | None = None
+    args: Args | None = None
+
+
+NO_ARGS = Args()
+
+
+def ns(microseconds: Any) -> int:
+    """Microseconds (an int or a float, as the file has them) to integer nanoseconds.
+
+    Timestamps are microseconds since the epoch (~1.7e15): times 1000 they pass 2**53, where a
+    float is exact only to 256 ns, so whole microseconds are scaled as integers and only the
+    fraction goes through float arithmetic."""
+    if isinstance(microseconds, int):
+        return microseconds * 1000
+    value = float(microseconds)
+    whole = math.floor(value)
+    return whole * 1000 + round((value - whole) * 1000)
+
+
+def _id(value: Any) -> int:
+    """Chrome traces allow a pid/tid to be a number or a label; labels get a stable number."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return zlib.crc32(str(value).encode())
+
+
+def thread(value: Any) -> int:
+    """A pid or tid as an integer (`_id`)."""
+    return value if type(value) is int else _id(value)
+
+
+def graph_node(args: Args) -> int | None:
+    """The graph node a replayed kernel came from, as its toolsId (exec graph id << 32 | node id),
+    which the capture's node ranges are keyed by; None for a kernel launched on its own. Older
+    kinetos write the whole toolsId as `graph node id`; newer ones its lower 32 bits, with the
+    exec graph's id apart as `graph id`, so the two are put together again (a whole toolsId with
+    its `graph id` beside it reads the same)."""
+    node = int(args.graph_node or 0)
+    if not node:
+        return None
+    graph = int(args.graph or 0)
+    return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
+
+
+def python_kind(name: str) -> int:
+    """What a python function is kept as: FRAME, RUNNER, or 0 (not kept)."""
+    return FRAME if name.startswith(MODULE_FRAME) else RUNNER if is_runner_function(name) else 0
+
+
+def add_event(trace: Trace, e: Event, names: dict[str, str]) -> None:
+    """One complete event into the trace's columns (kernels with no launch yet). KeyError,
+    TypeError, ValueError or OverflowError where a field it needs is missing or unusable."""
+    ts, dur = e.ts, e.dur  # every complete event needs them, whatever its category
+    start = ts * 1000 if type(ts) is int else ns(ts if ts is not None else _missing("ts"))
+    end = start + (dur * 1000 if type(dur) is int else ns(dur or 0))
+    table = TABLE_OF.get(e.cat)  # type: ignore[arg-type]: an event without a category is in none
+    if table is None:
+        return
+    if table == PYTHON:
+        if e.name is not None and (kind := python_kind(e.name)):
+            (trace.frames if kind == FRAME else trace.ranges).append(
+                names.setdefault(e.name, e.name), start, end, thread(e.pid), thread(e.tid), PYTHON_DOMAIN)
+        return
+    name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
+    args = e.args or NO_ARGS
+    if table == OP:
+        trace.cpu_ops.append(name, start, end, thread(e.pid), thread(e.tid))
+    elif table == RANGE:
+        trace.ranges.append(name, start, end, thread(e.pid), thread(e.tid), "")
+    elif table == API:
+        if args.correlation is not None:
+            kernel = names.setdefault(args.kernel, args.kernel) if args.kernel else ""
+            trace.api_calls.append(name, start, end, thread(e.pid), thread(e.tid), int(args.correlation), kernel)
+    else:
+        trace.kernels.append(name, start, end, int(args.device or 0),
+                             None if args.stream is None else int(args.stream),
+                             -1 if args.correlation is None else int(args.correlation), None, None,
+                             graph_node(args))
+
+
+def _missing(field: str) -> Any:
+    raise KeyError(field)
