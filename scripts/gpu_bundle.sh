@@ -3,7 +3,7 @@
 # on a device machine that has no network: into .whl/ (git-ignored), for the device's Python 3.12
 # on x86-64 and for this machine's python (the rehearsal). Idempotent; a few MB.
 #
-#   scripts/gpu_bundle.sh          then hand .whl/ to the device run (see README, "On a GPU")
+#   scripts/gpu_bundle.sh          then hand .whl/ to the device run (see docs/device-check.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}

@@ -101,7 +101,7 @@ def _fits(spec: RunSpec, config: ModelConfig, sizes: tuple[int, ...], tell: Call
 
 def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None,
               tell: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """The plan document (see the README's `graphrt plan`). Before anything is loaded, `tell`
+    """The plan document (see docs/plan.md). Before anything is loaded, `tell`
     hears what the measuring will take (and a measuring the device cannot hold is refused);
     `say(done, total, label)` hears of the measuring as it goes, from the first size on."""
     traffic = read_traffic(options["traffic"])
