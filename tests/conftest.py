@@ -53,6 +53,24 @@ def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_k
     model.save_pretrained(directory, **save_kwargs)
     return model
 
+# the text a test tokenizer is trained on
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Graphs replay what eager mode launches.",
+          "A decode step is hundreds of tiny kernels;\nthe CPU launches each one.",
+          "Über straße, naïve café: ünïcödé too."] * 20
+
+
+def train_tokenizer():
+    """A byte-level BPE (Qwen2's kind of tokenizer) of 400 ids, below `tiny`'s vocabulary of 512."""
+    tokenizers = pytest.importorskip("tokenizers")  # a core dependency, but a bare image may lack it
+    byte_level = tokenizers.pre_tokenizers.ByteLevel
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False)
+    tokenizer.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                             initial_alphabet=byte_level.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return tokenizer
+
 
 def pytest_configure(config):
     """Under `make mutate` (mutmut sets MUTANT_UNDER_TEST): in its stats run, credit a shared

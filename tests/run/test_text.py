@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import save_reference
+from conftest import save_reference, train_tokenizer
 from test_run_cli import one_line_error
 
 from graphrt.errors import GraphrtError
@@ -19,22 +19,7 @@ from graphrt.run.spec import RunSpec
 
 tokenizers = pytest.importorskip("tokenizers")  # a core dependency, but a bare image may lack it
 
-CORPUS = ["The quick brown fox jumps over the lazy dog.", "Graphs replay what eager mode launches.",
-          "A decode step is hundreds of tiny kernels;\nthe CPU launches each one.",
-          "Über straße, naïve café: ünïcödé too."] * 20
 PROMPTS = ["The quick brown fox", "A decode step is hundreds of tiny kernels;\nthe"]
-
-
-def train_tokenizer():
-    """A byte-level BPE (Qwen2's kind of tokenizer) of 400 ids, below `tiny`'s vocabulary of 512."""
-    byte_level = tokenizers.pre_tokenizers.ByteLevel
-    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False)
-    tokenizer.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                             initial_alphabet=byte_level.alphabet())
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    return tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from docs_pages import ROOT, examples
 
 from graphrt.cli.main import main
 
@@ -274,15 +275,13 @@ def test_a_directory_of_rank_files_shows_the_ranks_side_by_side(tmp_path):
         (0, ["decode bs=8 (graph)"]), (1, ["decode bs=8 (graph)"])]
 
 
-def test_the_readme_shows_what_analyze_prints_of_sglangs_trace(tmp_path):
-    readme = (Path(__file__).parents[2] / "README.md").read_text().split("### A serving engine's trace", 1)[1]
-    command, shown = re.findall(r"```(?:sh)?\n(.*?)```", readme, re.S)[:2]
-    assert command.split()[:2] == ["graphrt", "analyze"]
+def test_the_manual_shows_what_analyze_prints_of_sglangs_trace(tmp_path):
+    (example,) = [e for e in examples(ROOT / "docs" / "traces.md") if e.command.startswith("graphrt analyze sglang_")]
     _engine_trace("sglang_decode")
-    _, text, _, _ = analyze(tmp_path, *(ENGINES / "sglang_decode" / p for p in command.split()[2:]))
+    _, text, _, _ = analyze(tmp_path, *(ENGINES / "sglang_decode" / p for p in example.command.split()[2:]))
     printed = text.splitlines()
     # a line cut short with "..." shows the start of a printed line
-    missing = [line for line in shown.splitlines() if not any(
+    missing = [line for line in example.shown if not any(
         out.startswith(line.removesuffix("...").rstrip()) if line.endswith("...") else out == line for out in printed)]
     assert not missing
 
