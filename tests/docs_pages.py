@@ -34,11 +34,6 @@ class Example:
     def gpu_only(self) -> bool:
         return "GPU only" in self.comment
 
-    @property
-    def not_run(self) -> bool:
-        """Marked in its comment as left to the reader, with the reason (mutation runs take minutes)."""
-        return "not run by the tests" in self.comment
-
 
 def examples(page: Path) -> list[Example]:
     """Every line of a `sh` block that is not a comment, and every `$ command` of a block with no
