@@ -90,7 +90,7 @@ def checkpoint(tmp_path_factory):
 
 
 class Session:
-    """A page's working directory and what its commands have printed so far."""
+    """A page's working directory, where its commands run one after another."""
 
     def __init__(self, cwd: Path, checkpoint: Path | None):
         self.cwd, self.checkpoint = cwd, checkpoint
