@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "traces" / "README.md"]
+# traces/README.md where it is: make mutate's copy of the tree has no traces/
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *(ROOT / "traces").glob("README.md")]
 
 FENCE = re.compile(r"^```(\S*)\s*$")
 COMMENT = re.compile(r"\s+#\s")  # a command's comment: " # " after it (no command shown has a # of its own)
