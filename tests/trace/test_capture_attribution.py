@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from graphrt.cli.main import main
 from graphrt.trace import load_trace
-from graphrt.trace.analysis.engine_capture import attribute, captures
+from graphrt.trace.analysis.engine_capture import attribute, captures, totals
 from graphrt.trace.analysis.timeline import step_timelines
 
 ENGINES = Path(__file__).parents[1] / "data" / "engines"
@@ -199,3 +199,120 @@ def test_a_replayed_kernel_two_captured_ops_could_have_launched_is_unattributed(
 def test_the_same_kernels_replayed_in_full_each_take_their_own_op(tmp_path):
     found = _attributed(_replay(tmp_path, 2), _one_module_two_ops(tmp_path))
     assert found.attribution.stacks == [("Block_0", "op: op_a"), ("Block_0", "op: op_b")]
+
+
+# ---------------------------------------------------------------------------------------------
+# What the capture trace holds, read apart from graphrt: every launch, its graph, its marker
+
+
+def _markers_and_graphs(events: list[dict]) -> list[tuple[str, int]]:
+    """Each engine capture marker (`capture_32_DECODE`) with the stream captures begun inside it."""
+    begins = [e for e in events if e.get("name", "").endswith("StreamBeginCapture")]
+    marks = sorted((e for e in events if e.get("cat") == "user_annotation"
+                    and re.fullmatch(r"capture_\d+_\w+", e["name"])), key=lambda e: e["ts"])
+    return [(m["name"], sum(b["tid"] == m["tid"] and m["ts"] <= b["ts"] <= m["ts"] + m["dur"] for b in begins))
+            for m in marks]
+
+
+@pytest.mark.parametrize("case", list(PAIRS))
+def test_each_captured_launch_is_read_with_its_graph_and_marker(case, tmp_path):
+    serving, capture = _pair(case)
+    events = _load(capture)
+    groups = captures(load_trace(capture))
+    assert [(g.name, g.graphs) for g in groups] == _markers_and_graphs(events)
+    truth = captured_truth(events)
+    assert [(launch.kernel, launch.graph) for g in groups for launch in g.launches] == \
+        [(t["kernel"], t["piece"]) for t in truth]
+    (found,) = analyze(tmp_path, serving, capture)[1]["capture_attribution"]
+    assert (found["capture"], found["source"]) == (groups[0].name, str(capture))
+
+
+@pytest.mark.parametrize("case", list(PAIRS))
+def test_totals_are_each_ops_and_modules_kernels_and_gpu_time_a_step_most_first(case):
+    serving, capture = _pair(case)
+    truth, kernels = captured_truth(_load(capture)), replayed(_load(serving))
+    found = _attributed(serving, capture)
+    for by in ("op", "module"):
+        gpu_us: dict[str, float] = {}
+        for t, k in zip(truth, kernels):
+            gpu_us[t[by]] = gpu_us.get(t[by], 0) + k["dur"]
+        rows = totals([found], by)
+        assert {r.key: r.gpu_ns / 1e3 for r in rows} == pytest.approx(gpu_us, abs=0.01)
+        assert [r.gpu_ns for r in rows] == sorted((r.gpu_ns for r in rows), reverse=True)
+        assert totals([found, found], by) == rows  # the mean a step: the same step twice is that step
+
+
+# ---------------------------------------------------------------------------------------------
+# Two threads capturing at once; pieces that name their layers; launches outside any op or module
+
+
+def _launch(ts: float, kernel: str, tid: int = 1) -> dict:
+    return _x("cuda_runtime", "hipLaunchKernel", ts, 1, tid=tid, correlation=int(ts * 10), kernel=kernel)
+
+
+def _two_threads(tmp_path: Path) -> Path:
+    """Thread 1 captures two pieces under `capture_2_PIECEWISE`, each over three decoder layers (a
+    launch of piece 1 outside any module), with no CPU op around any launch; thread 2 captures one
+    unmarked graph that begins first, ends last and launches `z` inside thread 1's first piece."""
+    frames = [_x("python_function", "nn.Module: Model_0", 0, 150)] + [
+        _x("python_function", f"nn.Module: DecoderLayer_{n}", start, 10)
+        for n, start in enumerate((5, 20, 35, 85, 100, 115))]
+    return _trace(tmp_path, "capture.json", [
+        _x("user_annotation", "capture_2_PIECEWISE", 0, 200), *frames,
+        _x("cuda_runtime", "hipStreamBeginCapture", 0.5, 0.1, tid=2, correlation=1),
+        _launch(15, "z", tid=2),
+        _x("cuda_runtime", "hipStreamEndCapture", 300, 1, tid=2, correlation=2),
+        _x("cuda_runtime", "hipStreamBeginCapture", 1, 1, correlation=3),
+        _launch(8, "k0"), _launch(23, "k1"), _launch(38, "k2"),
+        _x("cuda_runtime", "hipStreamEndCapture", 70, 1, correlation=4),
+        _x("cuda_runtime", "hipStreamBeginCapture", 80, 1, correlation=5),
+        _launch(88, "k3"), _launch(103, "k4"), _launch(118, "k5"), _launch(155, "k6"),
+        _x("cuda_runtime", "hipStreamEndCapture", 160, 1, correlation=6)])
+
+
+def _two_pieces_replayed(tmp_path: Path) -> Path:
+    kernels = [("k0", 7), ("k1", 7), ("k2", 7), ("k3", 8), ("k4", 8), ("k5", 8), ("k6", 8)]
+    return _trace(tmp_path, "serving.json", [
+        _x("user_annotation", "step[DECODE bs=2]", 0, 200),
+        _x("cuda_runtime", "hipGraphLaunch", 10, 5, correlation=7), _x("cuda_runtime", "hipGraphLaunch", 45, 2, correlation=8),
+        *(_x("kernel", name, 20 + 10 * n, 5, tid=0, correlation=c, device=0) for n, (name, c) in enumerate(kernels))])
+
+
+def test_captures_on_two_threads_at_once_are_told_apart_by_thread_and_ordered_by_start(tmp_path):
+    groups = captures(load_trace(_two_threads(tmp_path)))
+    assert [(g.name, g.graphs, [launch.kernel for launch in g.launches]) for g in groups] == [
+        ("graph 0", 1, ["z"]), ("capture_2_PIECEWISE", 2, ["k0", "k1", "k2", "k3", "k4", "k5", "k6"])]
+
+
+def test_each_piece_spans_the_decoder_layers_its_own_kernels_were_launched_in(tmp_path):
+    found = _attributed(_two_pieces_replayed(tmp_path), _two_threads(tmp_path))
+    assert found.group.name == "capture_2_PIECEWISE"
+    assert found.layers(0) == ("DecoderLayer_0", "DecoderLayer_2")
+    assert found.layers(1) == ("DecoderLayer_3", "DecoderLayer_5")
+    assert {t.key: t.kernels for t in totals([found], "op")} == {"(no op)": 7}
+    assert {t.key: t.kernels for t in totals([found], "module")} == {"DecoderLayer": 6, "(no module)": 1}
+
+
+def test_a_capture_that_launched_nothing_holds_no_launch(tmp_path):
+    capture = _trace(tmp_path, "capture.json", [
+        _x("cuda_runtime", "hipStreamBeginCapture", 1, 1, correlation=1),
+        _x("cuda_runtime", "hipMemcpyAsync", 5, 1, correlation=2),
+        _x("cuda_runtime", "hipStreamEndCapture", 10, 1, correlation=3)])
+    assert [(g.name, g.graphs, g.launches) for g in captures(load_trace(capture))] == [("graph 0", 1, [])]
+
+
+def test_an_eager_step_has_nothing_to_attribute(tmp_path):
+    eager = _trace(tmp_path, "serving.json", [
+        _x("user_annotation", "step[DECODE bs=1]", 0, 100), _x("cuda_runtime", "hipLaunchKernel", 10, 5, correlation=7),
+        _x("kernel", "k", 20, 5, tid=0, correlation=7, device=0)])
+    assert _attributed(eager, _one_module_two_ops(tmp_path)) is None
+
+
+def test_between_captures_that_match_alike_the_first_is_taken(tmp_path):
+    capture = _trace(tmp_path, "capture.json", [
+        _x("user_annotation", f"capture_{n}_DECODE", 100 * n, 50) for n in (1, 2)] + [
+        event for n in (1, 2) for event in (
+            _x("cuda_runtime", "hipStreamBeginCapture", 100 * n + 1, 1, correlation=10 * n),
+            _launch(100 * n + 10, "k"),
+            _x("cuda_runtime", "hipStreamEndCapture", 100 * n + 20, 1, correlation=10 * n + 1))])
+    assert _attributed(_replay(tmp_path, 1), capture).group.name == "capture_1_DECODE"

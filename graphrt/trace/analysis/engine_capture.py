@@ -144,8 +144,8 @@ class CaptureAttribution:
 
 def attribute(step: StepTimeline, groups: list[CaptureGroup]) -> CaptureAttribution | None:
     """The step's replayed kernels (those a graph launch ran) attributed from the group of
-    `groups` they match best, by kernel name; None for a step that replayed nothing, or where no
-    group's calls name their kernels."""
+    `groups` they match best, by kernel name (of groups that match alike, the first captured); None
+    for a step that replayed nothing, or where no group's calls name their kernels."""
     work = [i for i, w in enumerate(step.work) if w.launch is not None and step.launches[w.launch].kind == "graph"]
     named = [g for g in groups if g.named]
     if not work or not named:
