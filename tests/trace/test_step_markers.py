@@ -21,6 +21,7 @@ from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNN
     ("execute_new_4_cached_0", "vLLM", "prefill", 4, None, None),
     ("execute_new_0_cached_30", "vLLM", "unknown", 30, None, None),
     ("execute_new_2_cached_30", "vLLM", "unknown", 32, None, None),
+    ("execute_new_0_cached_0", "vLLM", "idle", 0, None, None),
     # SGLang 0.5.11+, with 0.5.19's aggregates and 0.5.20's stage names
     ("step[DECODE bs=64]", "SGLang", "decode", 64, None, None),
     ("step[EXTEND bs=2 toks=14721]", "SGLang", "prefill", 2, 14721, None),
@@ -122,6 +123,24 @@ def test_a_profiler_step_loses_to_a_step_another_thread_began_inside_it():
     ranges = [("ProfilerStep#1", 0, 100, None, 1), ("step[DECODE bs=2]", 10, 50, None, 2),
               ("ProfilerStep#2", 100, 200, None, 1)]
     assert _choose(ranges) == ["step[DECODE bs=2]", "ProfilerStep#2"]
+
+
+def test_a_profiler_step_loses_only_to_steps_begun_inside_it_by_its_own_process():
+    names = ["ProfilerStep#1", "step[DECODE bs=2]", "ProfilerStep#2", "step[DECODE bs=4]", "ProfilerStep#3",
+             "step[DECODE bs=8]"]
+    threads = [(10, 11), (10, 12), (10, 11), (10, 12), (10, 11), (20, 21)]  # process 10's threads 11, 12; process 20
+    starts, ends = [0, 10, 100, 200, 300, 310], [100, 50, 200, 210, 400, 320]
+    chosen = choose_steps(names, [None] * len(names), threads, starts, ends)
+    # step bs=4 begins the instant ProfilerStep#2 ends: not inside it; step bs=8 is another process's
+    assert [names[r] for r, _ in chosen] == ["step[DECODE bs=2]", "ProfilerStep#2", "step[DECODE bs=4]",
+                                             "ProfilerStep#3", "step[DECODE bs=8]"]
+
+
+@pytest.mark.parametrize("name", ["prefill[bs=2 tok=14721 ctx=[7803, 6918]]", "decode[bs=117/128 tok=117 d=117]",
+                                  "step[DECODE bs=64]", "replay[bs=8]", "decode_step[eager]", "ProfilerStep#1009"])
+def test_the_marker_a_step_came_from_is_named_as_its_engine_spells_it(name):
+    spelled = parse(name).form.split(" ", 1)[1]  # after the engine's name
+    assert any(name.startswith(form.split("[")[0].split("#")[0]) for form in spelled.split("/"))
 
 
 def test_sibling_steps_all_count_in_start_order():
