@@ -132,6 +132,22 @@ def test_a_replayed_kernel_carries_the_graph_node_it_came_from(tmp_path):
         ("gemm", node), ("fill", None), ("copy", None)]
 
 
+@pytest.mark.parametrize("graph", [2**31 - 1, 2**31])
+def test_a_graph_id_too_large_for_a_toolsid_is_refused_by_its_event_never_wrapped(tmp_path, graph):
+    """A toolsId holds the exec graph's id above the node's 32 bits in 64: an id of 2**31 or more
+    does not fit, and is refused naming its event rather than read as some other node."""
+    events = [_event("cuda_runtime", "cudaGraphLaunch", 100.0, 5.0, pid=7, tid=7, correlation=1),
+              _event("kernel", "gemm", 110.0, 3.0, pid=0, tid=7, device=0, stream=7, correlation=1,
+                     **{"graph id": graph, "graph node id": 17})]
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    if graph < 2**31:
+        assert [k.graph_node_id for k in load_trace(path).kernels] == [(graph << 32) | 17]
+    else:
+        with pytest.raises(GraphrtError, match=r"traceEvents\[1\].*too big"):
+            load_trace(path)
+
+
 def test_a_node_given_as_its_lower_32_bits_and_its_graph_is_keyed_by_both(tmp_path):
     """Newer kinetos write `graph node id` as the node's lower 32 bits with the exec graph's id
     apart: two graphs' node 17 are different nodes, each known by its whole toolsId."""
