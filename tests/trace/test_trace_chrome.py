@@ -144,7 +144,7 @@ def test_a_graph_id_too_large_for_a_toolsid_is_refused_by_its_event_never_wrappe
     if graph < 2**31:
         assert [k.graph_node_id for k in load_trace(path).kernels] == [(graph << 32) | 17]
     else:
-        with pytest.raises(GraphrtError, match=r"traceEvents\[1\].*too big"):
+        with pytest.raises(GraphrtError, match=r"traceEvents\[1\].*graph id 2147483648 does not fit"):
             load_trace(path)
 
 

@@ -88,6 +88,8 @@ def graph_node(args: Args) -> int | None:
     if not node:
         return None
     graph = int(args.graph or 0)
+    if abs(graph) >= 2**31:  # it would not fit above the node's 32 bits in 64
+        raise ValueError(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
 
 
