@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from graphrt.trace.analysis.markers import PYTHON_DOMAIN
-from graphrt.trace.read.chrome_events import (API, FRAME, KERNEL, NO_ARGS, OP, PYTHON, RANGE, RUNNER, TABLE_OF,
-                                              Event, python_kind, thread)
+from graphrt.trace.read.chrome_events import (API, FRAME, GRAPH_ID_BOUND, KERNEL, NO_ARGS, OP, PYTHON, RANGE,
+                                              RUNNER, TABLE_OF, Event, python_kind, thread)
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import Trace
 
@@ -111,8 +111,8 @@ def _kernels(events: list[Event], times: dict[str, np.ndarray], names: dict[str,
     args = [e.args or NO_ARGS for e in events]
     streams, correlations = [a.stream for a in args], [a.correlation for a in args]
     node, graph = _ints([a.graph_node or 0 for a in args]), _ints([a.graph or 0 for a in args])
-    if np.any(np.abs(graph) >= 2**31):
-        raise _Irregular  # a graph id that would not fit beside its node's 32 bits
+    if np.any(np.abs(graph) >= GRAPH_ID_BOUND):
+        raise _Irregular  # the event-by-event rules refuse it by its event
     return {**times, "device": _ints([a.device or 0 for a in args]),
             "stream": _ints([ABSENT if s is None else s for s in streams] if None in streams else streams),
             "correlation_id": _ints([-1 if c is None else c for c in correlations] if None in correlations

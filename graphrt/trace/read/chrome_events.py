@@ -78,6 +78,9 @@ def thread(value: Any) -> int:
     return value if type(value) is int else _id(value)
 
 
+GRAPH_ID_BOUND = 2**31  # a toolsId holds the exec graph's id above the node's 32 bits, in 64
+
+
 def graph_node(args: Args) -> int | None:
     """The graph node a replayed kernel came from, as its toolsId (exec graph id << 32 | node id),
     which the capture's node ranges are keyed by; None for a kernel launched on its own. Older
@@ -88,7 +91,7 @@ def graph_node(args: Args) -> int | None:
     if not node:
         return None
     graph = int(args.graph or 0)
-    if abs(graph) >= 2**31:  # it would not fit above the node's 32 bits in 64
+    if abs(graph) >= GRAPH_ID_BOUND:
         raise ValueError(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
 
