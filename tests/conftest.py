@@ -53,6 +53,7 @@ def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_k
     model.save_pretrained(directory, **save_kwargs)
     return model
 
+
 # the text a test tokenizer is trained on
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Graphs replay what eager mode launches.",
           "A decode step is hundreds of tiny kernels;\nthe CPU launches each one.",

@@ -198,8 +198,8 @@ def test_every_command_a_page_shows_runs_and_prints_what_it_shows(page, tmp_path
             output = session.run(SMALLER.get(shown, (shown,))[0], example.where)
         check_shown(example, output)
     if fields := json_fields(page):
-        (written,) = [e for e in runnable(page) if "--json" in e.command][-1:]
-        path = tmp_path / shlex.split(written.command)[shlex.split(written.command).index("--json") + 1]
+        words = shlex.split([e.command for e in runnable(page) if "--json" in e.command][-1])
+        path = tmp_path / words[words.index("--json") + 1]
         missing = set(fields) - json_keys(json.loads(path.read_text()))
         assert not missing, f"{page.relative_to(ROOT)} says `--json` holds {sorted(missing)}; {path.name} does not"
 
