@@ -33,7 +33,7 @@ from typing import Any
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.chrome_batch import add_batch
-from graphrt.trace.read.chrome_events import Event, add_event
+from graphrt.trace.read.chrome_events import Event, UnusableField, add_event
 from graphrt.trace.read.events import Progress, Trace, link_launches
 from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 
@@ -57,6 +57,8 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
                 continue
             try:
                 add_event(trace, e, names)
+            except UnusableField as error:  # it says what it expected
+                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error})") from None
             except (KeyError, TypeError, ValueError, OverflowError) as error:
                 raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error!r}); "
                                    f"{EXPECTED_FIELDS}") from None

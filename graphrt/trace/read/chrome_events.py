@@ -78,6 +78,10 @@ def thread(value: Any) -> int:
     return value if type(value) is int else _id(value)
 
 
+class UnusableField(ValueError):
+    """A field an event has, with a value graphrt cannot use; the message says what was expected."""
+
+
 GRAPH_ID_BOUND = 2**31  # a toolsId holds the exec graph's id above the node's 32 bits, in 64
 
 
@@ -92,7 +96,7 @@ def graph_node(args: Args) -> int | None:
         return None
     graph = int(args.graph or 0)
     if abs(graph) >= GRAPH_ID_BOUND:
-        raise ValueError(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
+        raise UnusableField(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
 
 
