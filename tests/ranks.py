@@ -3,6 +3,8 @@ launcher can start: it joins the group, runs, leaves, and returns what the test 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.distributed as dist
 
@@ -184,3 +186,19 @@ def disagreeing_run() -> str | None:
         said = str(e)
     signal.alarm(0)
     return said
+
+
+def threads_started_and_left() -> list[str]:
+    """The threads a rank runs once it has left the group that it did not run before joining,
+    after a step that all-reduces under torch.profiler (as `run --tp` measures each mode's
+    collective share). Linux names each thread in /proc."""
+    before = _thread_names()
+    me = ranks_.join("cpu")
+    with torch.profiler.profile():
+        _all_reduce(torch.ones(4), me.group)
+    ranks_.leave()
+    return sorted(set(_thread_names()) - set(before))
+
+
+def _thread_names() -> list[str]:
+    return [task.read_text().strip() for task in Path("/proc/self/task").glob("*/comm")]

@@ -18,6 +18,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+# Imported before any group exists, never after: torch.distributed.nn.functional takes
+# `group=group.WORLD` as its functions' default, read when it is first imported (torch._dynamo and
+# the profiler import it). First imported after `join`, it would hold the group for good: `leave`
+# could not free it, and gloo's threads would run on through the interpreter's exit, while the
+# other ranks exit and close their sockets.
+import torch.distributed.nn.functional  # noqa: F401  isort: skip
+
 from graphrt.errors import GraphrtError
 
 # Set by graphrt.parallel.launch in the ranks it starts: their launcher prints a failed rank's line.

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import ranks
 import torch
 from conftest import save_reference
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from graphrt.model.config import PRESETS
-from graphrt.parallel.launch import TORCHRUN_LOCAL, _cause
+from graphrt.parallel.launch import TORCHRUN_LOCAL, _cause, launch
 from graphrt.run.execute import run
 from graphrt.run.spec import RunSpec
 
@@ -67,6 +68,12 @@ def test_two_tp_runs_at_once_on_a_machine_without_dns_both_finish(tmp_path):
         stdout, stderr = proc.communicate(timeout=BOUND_S)
         assert proc.returncode == 0, stderr
         assert "eager: ranks' tokens identical" in stdout
+
+
+def test_a_rank_that_left_the_group_runs_none_of_its_threads_though_the_profiler_ran_in_between():
+    # the profiler imports torch._dynamo, which imports torch.distributed.nn.functional; a thread
+    # of the group's left running would run on through the rank's exit as its peers close sockets
+    assert launch(ranks.threads_started_and_left, [], 2) == {0: [], 1: []}
 
 
 def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_path):
