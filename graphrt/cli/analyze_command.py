@@ -14,7 +14,7 @@ from graphrt.trace.analysis.ledger import eager_decode
 from graphrt.trace.analysis.modules import replay_modules
 from graphrt.trace.analysis.names import is_replay
 from graphrt.trace.analysis.rank_steps import RankGroup, format_ranks, rank_dirs, ranks_dict
-from graphrt.trace.analysis.steps import compare_steps
+from graphrt.trace.analysis.comparisons import compare_steps
 from graphrt.trace.present.capture_tables import capture_attribution_dict, format_capture_attribution
 from graphrt.trace.present.step_tables import format_replay_modules, replay_modules_dict
 from graphrt.trace.present.tables import comparison_dict, format_comparison

@@ -57,7 +57,8 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
     from graphrt.parallel import launch, ranks
     from graphrt.trace import load_trace
-    from graphrt.trace.analysis.steps import analyze as analyze_trace, compare_steps
+    from graphrt.trace.analysis.comparisons import compare_steps
+    from graphrt.trace.analysis.steps import analyze as analyze_trace
     from graphrt.trace.present.tables import format_comparison
     from graphrt.trace.record.make_traces import make_traces
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from graphrt.trace.analysis.steps import analyze, compare_steps
+from graphrt.trace.analysis.comparisons import compare_steps
+from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.read.chrome import read_chrome_trace
 from graphrt.trace.read.events import ApiCall, Kernel, Range, Trace
 from graphrt.trace.read.nsys_sqlite import SQLITE_MAGIC

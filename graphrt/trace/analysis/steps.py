@@ -2,7 +2,8 @@
 
     report = analyze(load_trace(path))          # figures, as dataclasses
     print(format_report(report))                # tables: graphrt.trace.present.tables
-    comparisons = compare_steps([report, ...])  # first step group against each later one
+
+Step groups compared across traces: graphrt.trace.analysis.comparisons.
 
 How ranges, calls, kernels and ops are tied together: graphrt.trace.analysis.membership.
 
@@ -16,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -105,6 +104,11 @@ STEP_METRICS: tuple[tuple[str, str, str], ...] = (
     ("cpu_ops", "CPU ops", "count"),
     ("cpu_op_ns", "CPU op time", "ns"),
 )
+
+
+def shown(median: float | None) -> bool:
+    """A metric is shown where it is not zero, or unknown (never left out as if zero)."""
+    return median is None or median != 0
 
 
 @dataclass
@@ -316,60 +320,3 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
     elif not has_steps:
         notes.append(f"no step marker ({MARKERS}): whole-trace figures only")
     return notes
-
-
-# ---------------------------------------------------------------------------------------------
-# Comparing steps
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Median step figures of `baseline` and `other`, and what `other` removed."""
-
-    baseline: str
-    other: str
-    rows: list[tuple[str, str, float | None, float | None]]  # (metric key, title, baseline, other)
-
-
-def _label(report: TraceReport, group: StepGroup, several_traces: bool) -> str:
-    return f"{Path(report.source).name}: {group.name}" if several_traces else group.name
-
-
-def shown(median: float | None) -> bool:
-    """A metric is shown where it is not zero, or unknown (never left out as if zero)."""
-    return median is None or median != 0
-
-
-def _comparison(base_label: str, base: StepGroup, label: str, group: StepGroup) -> Comparison:
-    return Comparison(base_label, label, [
-        (key, title, base.medians[key], group.medians[key])
-        for key, title, _ in STEP_METRICS if shown(base.medians[key]) or shown(group.medians[key])])
-
-
-def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
-    """The first step group of all the traces against each later one (eager vs graph, say).
-    Where an engine's markers made the steps, each group of eager steps against each group of
-    the same phase and batch that replayed a graph, in any of the traces. Metrics that are zero
-    on both sides are left out."""
-    several = len(reports) > 1
-    groups = [(_label(rep, g, several), g) for rep in reports for g in rep.step_groups]
-    if any(rep.engine_steps for rep in reports):
-        return _engine_comparisons(reports, dict(groups))
-    if len(groups) < 2:
-        return []
-    (base_label, base), rest = groups[0], groups[1:]
-    return [_comparison(base_label, base, label, g) for label, g in rest]
-
-
-def _engine_comparisons(reports: Sequence[TraceReport], groups: dict[str, StepGroup]) -> list[Comparison]:
-    """Eager against replayed, group by group, where phase and batch are the same and known."""
-    several = len(reports) > 1
-    kind: dict[str, tuple[str, int | None, str]] = {}  # group label -> (phase, batch, mode)
-    for rep in reports:
-        for record in rep.steps:
-            label = f"{Path(rep.source).name}: {record.step.group}" if several else record.step.group
-            kind[label] = (record.marker.phase, record.marker.requests, record.mode)
-    return [_comparison(eager, groups[eager], other, groups[other])
-            for eager, (phase, batch, mode) in kind.items() if mode == "eager" and batch is not None
-            for other, (phase2, batch2, mode2) in kind.items()
-            if mode2 in ("graph", "piecewise") and (phase2, batch2) == (phase, batch)]

@@ -7,7 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from graphrt.trace.analysis.steps import STEP_METRICS, Comparison, RangeFigures, TraceReport, shown
+from graphrt.trace.analysis.comparisons import Comparison
+from graphrt.trace.analysis.steps import STEP_METRICS, RangeFigures, TraceReport, shown
 
 
 def _us(ns: float) -> str:
