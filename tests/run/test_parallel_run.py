@@ -32,7 +32,8 @@ def graphrt(*args: str, launcher: tuple[str, ...] = (), gpus: str = "", first_on
     `first_on_path`, a folder put before everything on PYTHONPATH."""
     # this checkout first, then whatever the caller's path holds (the device check's wheels)
     path = os.pathsep.join(filter(None, [first_on_path, str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": gpus}
+    # a rank that aborts (SIGABRT, SIGSEGV) prints its Python stack: a failing test shows where
+    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, *launcher, "-m", "graphrt", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -66,7 +67,7 @@ def test_two_tp_runs_at_once_on_a_machine_without_dns_both_finish(tmp_path):
                     first_on_path=str(tmp_path)) for _ in range(2)]
     for proc in runs:
         stdout, stderr = proc.communicate(timeout=BOUND_S)
-        assert proc.returncode == 0, stderr
+        assert proc.returncode == 0, stdout + stderr  # stdout: whether rank 0 got to its table
         assert "eager: ranks' tokens identical" in stdout
 
 
