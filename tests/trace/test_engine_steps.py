@@ -179,6 +179,13 @@ def _profiler_steps(doc: dict) -> list[dict]:
     return sorted((e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"])
 
 
+def _graph_launch_in(doc: dict, step: dict) -> dict:
+    """The one graph launch a step's thread made inside it."""
+    (launch,) = [e for e in doc["traceEvents"] if e.get("name") == "cudaGraphLaunch" and e["tid"] == step["tid"]
+                 and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    return launch
+
+
 def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset()) -> dict:
     """The V100 trace with its i-th ProfilerStep renamed to vLLM's marker of a decode step of
     batches[i] (or to batches[i] itself, where it is a name); each step of `eager` has its graph
@@ -189,9 +196,7 @@ def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset(
     for step, batch in zip(steps, batches, strict=True):
         step["name"] = batch if isinstance(batch, str) else f"execute_context_0(0)_generation_{batch}({batch})"
     for i in ({eager} if isinstance(eager, int) else eager):
-        step = steps[i]
-        (launch,) = [e for e in doc["traceEvents"] if e.get("name") == "cudaGraphLaunch" and e["tid"] == step["tid"]
-                     and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+        launch = _graph_launch_in(doc, steps[i])
         gone = launch["args"]["correlation"]
         doc["traceEvents"] = [e for e in doc["traceEvents"] if e is not launch and not (
             e.get("cat") == "kernel" and e["args"].get("correlation") == gone)]
@@ -251,6 +256,38 @@ def test_an_eager_step_is_set_against_the_replays_of_its_own_batch(tmp_path):
     metrics = {m["metric"]: (m["baseline"], m["other"]) for m in comparison["metrics"]}
     assert metrics["graph_launches"] == (0, 1)
     assert "decode bs=8 (graph) against decode bs=8 (eager) (median per step)" in text
+
+
+def test_an_eager_step_is_set_against_the_pieces_of_its_own_batch_too(tmp_path):
+    doc = as_decode_steps([8] * 6, eager=0)
+    in_pieces(doc, 3)
+    figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))[3]
+    assert [(r["mode"], r["steps"]) for r in figures["traces"][0]["ledger"]] == [
+        ("eager", 1), ("piecewise", 1), ("graph", 4)]
+    assert [(c["baseline"], c["other"]) for c in figures["comparisons"]] == [
+        ("decode bs=8 (eager)", "decode bs=8 (graph)"), ("decode bs=8 (eager)", "decode bs=8 (piecewise)")]
+
+
+def test_eager_steps_of_one_trace_are_set_against_replays_of_their_batch_in_another(tmp_path):
+    eager = _save(as_decode_steps([8] * 6, eager=set(range(6))), tmp_path / "eager" / "fallback.json.gz")
+    graph = _save(as_decode_steps([8] * 6), tmp_path / "graph" / "replayed.json.gz")
+    figures = analyze(tmp_path, eager, graph)[3]
+    assert [(c["baseline"], c["other"]) for c in figures["comparisons"]] == [
+        ("fallback.json.gz: decode bs=8 (eager)", "replayed.json.gz: decode bs=8 (graph)")]
+
+
+def in_pieces(doc: dict, i: int) -> None:
+    """Split the graph launch of as_decode_steps' i-th step in two, as a piecewise step launches
+    its pieces: a second launch right after the first runs the latter half of its kernels."""
+    steps = sorted((e for e in doc["traceEvents"] if e.get("name", "").startswith("execute_")), key=lambda e: e["ts"])
+    launch = _graph_launch_in(doc, steps[i])
+    first = launch["args"]["correlation"]
+    second = 1 + max(e["args"]["correlation"] for e in doc["traceEvents"] if "correlation" in e.get("args", {}))
+    doc["traceEvents"].append({**launch, "ts": launch["ts"] + launch["dur"], "args": {**launch["args"], "correlation": second}})
+    ran = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == first),
+                 key=lambda e: e["ts"])
+    for kernel in ran[len(ran) // 2:]:
+        kernel["args"] = {**kernel["args"], "correlation": second}
 
 
 def test_an_engine_marker_inside_a_profiler_step_makes_the_step_and_keeps_to_its_thread(tmp_path):

@@ -24,8 +24,9 @@ class Comparison:
     rows: list[tuple[str, str, float | None, float | None]]  # (metric key, title, baseline, other)
 
 
-def _label(report: TraceReport, group: StepGroup, several_traces: bool) -> str:
-    return f"{Path(report.source).name}: {group.name}" if several_traces else group.name
+def _label(report: TraceReport, group: str, several_traces: bool) -> str:
+    """A step group's name, after its file's where the groups come from several traces."""
+    return f"{Path(report.source).name}: {group}" if several_traces else group
 
 
 def _comparison(base_label: str, base: StepGroup, label: str, group: StepGroup) -> Comparison:
@@ -40,23 +41,23 @@ def compare_steps(reports: Sequence[TraceReport]) -> list[Comparison]:
     the same phase and batch that replayed a graph, in any of the traces. Metrics that are zero
     on both sides are left out."""
     several = len(reports) > 1
-    groups = [(_label(rep, g, several), g) for rep in reports for g in rep.step_groups]
+    groups = [(_label(rep, g.name, several), g) for rep in reports for g in rep.step_groups]
     if any(rep.engine_steps for rep in reports):
-        return _engine_comparisons(reports, dict(groups))
+        return _engine_comparisons(reports, dict(groups), several)
     if len(groups) < 2:
         return []
     (base_label, base), rest = groups[0], groups[1:]
     return [_comparison(base_label, base, label, g) for label, g in rest]
 
 
-def _engine_comparisons(reports: Sequence[TraceReport], groups: dict[str, StepGroup]) -> list[Comparison]:
-    """Eager against replayed, group by group, where phase and batch are the same and known."""
-    several = len(reports) > 1
+def _engine_comparisons(reports: Sequence[TraceReport], groups: dict[str, StepGroup],
+                        several: bool) -> list[Comparison]:
+    """Eager against replayed, group by group, where phase and batch are the same and known;
+    `groups` by their labels (`_label`)."""
     kind: dict[str, tuple[str, int | None, str]] = {}  # group label -> (phase, batch, mode)
     for rep in reports:
         for record in rep.steps:
-            label = f"{Path(rep.source).name}: {record.step.group}" if several else record.step.group
-            kind[label] = (record.marker.phase, record.marker.requests, record.mode)
+            kind[_label(rep, record.step.group, several)] = (record.marker.phase, record.marker.requests, record.mode)
     return [_comparison(eager, groups[eager], other, groups[other])
             for eager, (phase, batch, mode) in kind.items() if mode == "eager" and batch is not None
             for other, (phase2, batch2, mode2) in kind.items()
