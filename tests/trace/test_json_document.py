@@ -1,0 +1,55 @@
+"""The document around a Chrome trace's event list: the list's `[` found at the top level however
+the head arrives, and a head or tail that cannot be read refused naming the file and the byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphrt.errors import GraphrtError
+from graphrt.trace.read.json_document import ListStart, head_and_tail
+
+# a number cut anywhere, a nested "traceEvents" after a closed inner value, a string value: only
+# the top-level key's list is the event list
+HEAD = (b'{"schemaVersion": 1234, "meta": {"a": {"b": []}, "traceEvents": [1]}, "note": "x",'
+        b' "traceEvents": [')
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, len(HEAD)])
+def test_the_event_list_is_found_after_the_top_level_key_however_the_head_is_cut(step):
+    document, start = HEAD + b'{"ph": "X"}]}', ListStart()
+    found = next(at for n in range(step, len(document) + step, step) if (at := start.find(document[:n])) is not None)
+    assert found == len(HEAD)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def _refusal(head: bytes, tail: bytes, tail_at: int) -> str:
+    with pytest.raises(GraphrtError) as refused:
+        head_and_tail(Path("trace.json"), head, tail, tail_at)
+    return str(refused.value)
+
+
+def _byte(message: str, where: str) -> int:
+    prefix = "trace.json: not a readable Chrome-trace JSON (at byte "
+    assert message.startswith(prefix)
+    said, rest = message[len(prefix):].split(", ", 1)
+    assert rest == f"{where} traceEvents: values nested deeper than can be read)"
+    return int(said.replace(",", ""))
+
+
+def test_nesting_too_deep_is_named_at_the_same_bracket_before_the_events_or_after_them():
+    # the same value under a top-level key, once in the head and once in the tail: a parser gives
+    # up at the same bracket of it, which lies at tail_at + its place in the tail
+    head = b'{"deep": ' + DEEP + b', "traceEvents": ['
+    before = _byte(_refusal(head, b"}", 40), "before") - head.index(b"[")
+    tail, tail_at = b', "deep": ' + DEEP + b"}", 123_456
+    after = _byte(_refusal(b'{"traceEvents": [', tail, tail_at), "after") - tail_at - tail.index(b"[")
+    assert 0 < before == after < len(DEEP) // 2
+
+
+def test_a_tail_that_is_not_json_is_refused_naming_the_file():
+    message = _refusal(b'{"traceEvents": [', b', "x": }', 40)
+    assert message.startswith("trace.json: not a readable Chrome-trace JSON (Expecting value")
