@@ -186,11 +186,12 @@ def _graph_launch_in(doc: dict, step: dict) -> dict:
     return launch
 
 
-def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset()) -> dict:
+def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset(),
+                    pieces: set[int] = frozenset()) -> dict:
     """The V100 trace with its i-th ProfilerStep renamed to vLLM's marker of a decode step of
     batches[i] (or to batches[i] itself, where it is a name); each step of `eager` has its graph
     launch on its thread (and the kernels that launch ran) taken out, so it launches every
-    kernel itself."""
+    kernel itself; each step of `pieces` has its graph launch split in two (`_in_pieces`)."""
     doc = _load(V100)
     steps = _profiler_steps(doc)
     for step, batch in zip(steps, batches, strict=True):
@@ -200,7 +201,21 @@ def as_decode_steps(batches: list[int | str], eager: int | set[int] = frozenset(
         gone = launch["args"]["correlation"]
         doc["traceEvents"] = [e for e in doc["traceEvents"] if e is not launch and not (
             e.get("cat") == "kernel" and e["args"].get("correlation") == gone)]
+    for i in pieces:
+        _in_pieces(doc, _graph_launch_in(doc, steps[i]))
     return doc
+
+
+def _in_pieces(doc: dict, launch: dict) -> None:
+    """Split a graph launch in two, as a piecewise step launches its pieces: a second launch
+    right after the first runs the latter half of its kernels."""
+    first = launch["args"]["correlation"]
+    second = 1 + max(e["args"]["correlation"] for e in doc["traceEvents"] if "correlation" in e.get("args", {}))
+    doc["traceEvents"].append({**launch, "ts": launch["ts"] + launch["dur"], "args": {**launch["args"], "correlation": second}})
+    ran = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == first),
+                 key=lambda e: e["ts"])
+    for kernel in ran[len(ran) // 2:]:
+        kernel["args"] = {**kernel["args"], "correlation": second}
 
 
 def test_a_decode_step_that_ran_eagerly_among_replays_is_named_with_its_batch(tmp_path):
@@ -259,8 +274,7 @@ def test_an_eager_step_is_set_against_the_replays_of_its_own_batch(tmp_path):
 
 
 def test_an_eager_step_is_set_against_the_pieces_of_its_own_batch_too(tmp_path):
-    doc = as_decode_steps([8] * 6, eager=0)
-    in_pieces(doc, 3)
+    doc = as_decode_steps([8] * 6, eager=0, pieces={3})
     figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))[3]
     assert [(r["mode"], r["steps"]) for r in figures["traces"][0]["ledger"]] == [
         ("eager", 1), ("piecewise", 1), ("graph", 4)]
@@ -274,20 +288,6 @@ def test_eager_steps_of_one_trace_are_set_against_replays_of_their_batch_in_anot
     figures = analyze(tmp_path, eager, graph)[3]
     assert [(c["baseline"], c["other"]) for c in figures["comparisons"]] == [
         ("fallback.json.gz: decode bs=8 (eager)", "replayed.json.gz: decode bs=8 (graph)")]
-
-
-def in_pieces(doc: dict, i: int) -> None:
-    """Split the graph launch of as_decode_steps' i-th step in two, as a piecewise step launches
-    its pieces: a second launch right after the first runs the latter half of its kernels."""
-    steps = sorted((e for e in doc["traceEvents"] if e.get("name", "").startswith("execute_")), key=lambda e: e["ts"])
-    launch = _graph_launch_in(doc, steps[i])
-    first = launch["args"]["correlation"]
-    second = 1 + max(e["args"]["correlation"] for e in doc["traceEvents"] if "correlation" in e.get("args", {}))
-    doc["traceEvents"].append({**launch, "ts": launch["ts"] + launch["dur"], "args": {**launch["args"], "correlation": second}})
-    ran = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == first),
-                 key=lambda e: e["ts"])
-    for kernel in ran[len(ran) // 2:]:
-        kernel["args"] = {**kernel["args"], "correlation": second}
 
 
 def test_an_engine_marker_inside_a_profiler_step_makes_the_step_and_keeps_to_its_thread(tmp_path):
