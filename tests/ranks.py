@@ -97,7 +97,7 @@ def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, 
 
 def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
     from graphrt.backends.factory import make_backend
-    from graphrt.model.config import resolve
+    from graphrt.model.resolve import resolve
     from graphrt.model.weights import build_model
     from graphrt.run.decode import decode
 
@@ -138,7 +138,7 @@ def disagreeing_capture(lint: bool) -> str | None:
     import signal
 
     from graphrt.backends.factory import make_backend
-    from graphrt.model.config import resolve
+    from graphrt.model.resolve import resolve
     from graphrt.model.weights import build_model
 
     signal.alarm(60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from graphrt.errors import GraphrtError
 
 MODES = ("eager", "piecewise", "graph", "compile")
+GRAPH_MODES = ("piecewise", "graph")  # the modes that capture the step and replay it
 GROUPS = {"both": ("eager", "graph"), "all": ("eager", "piecewise", "graph", "compile")}
 
 

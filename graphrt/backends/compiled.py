@@ -52,6 +52,7 @@ class CompileBackend(Backend):
             # that the first real step cannot use (a recompile there, inside the timed loop).
             tokens = torch.zeros(max_batch, 1, dtype=torch.long, device=self.device)
             positions = torch.zeros(max_batch, dtype=torch.long, device=self.device)
+            self.model.seek(0)
             for _ in range(3):  # cudagraph trees record on the second or third call
                 self.compiled(tokens, positions)
             if self.device.type == "cuda":

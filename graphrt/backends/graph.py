@@ -47,9 +47,24 @@ def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
     tokens = torch.arange(batch, device=device).unsqueeze(1) % vocab  # [B, 1]  # pragma: no mutate
     positions = torch.full((batch,), max(0, (slots - 2) // 2), device=device)  # pragma: no mutate
     states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]  # pragma: no mutate
+    model.seek(max(0, (slots - 2) // 2))  # a cache that keeps its own write position writes where the states say
     with torch.inference_mode():
         # restore=True would only cost more: what the captures leave in the cache is not read
         return lint_step(model.decode_step, states, warmup=0, restore=False)  # pragma: no mutate
+
+
+class LintRefusal(GraphCaptureError):
+    """The lint found what a graph would replay wrongly: the findings, and their first in one line."""
+
+    def __init__(self, report: LintReport):
+        self.findings = report.findings
+        lines = "\n".join(f"  {finding}" for finding in report.findings)
+        super().__init__(f"the decode step would not replay like eager ({len(report.findings)} lint "
+                         f"findings; --no-lint captures anyway):\n{lines}")
+
+    def one_line(self) -> str:
+        more = len(self.findings) - 1
+        return f"{self.findings[0]}" + (f" (and {more} more lint finding{'s' * (more > 1)})" if more else "")
 
 
 class GraphBackend(Backend):
@@ -123,6 +138,7 @@ class GraphBackend(Backend):
                                   self.model)
         lint_seconds = self._lint() if self.lint else None
         pool = new_pool(device)
+        self.model.seek(0)  # the captures' warmups write the cache from slot 0 on; prefill starts it afresh
         start, capture_seconds = time.perf_counter(), {}
         with torch.inference_mode():
             for bs in sorted(self.buckets, reverse=True):  # largest first: smaller ones reuse its pool
@@ -144,10 +160,7 @@ class GraphBackend(Backend):
         freeze is there at any batch); its cost in seconds."""
         report = lint_decode(self.model, self.buckets[0])
         if not report.clean:
-            lines = "\n".join(f"  {finding}" for finding in report.findings)
-            raise GraphCaptureError(f"the decode step would not replay like eager "
-                                    f"({len(report.findings)} lint findings; --no-lint captures "
-                                    f"anyway):\n{lines}")
+            raise LintRefusal(report)
         return report.seconds
 
     def _allocate_inputs(self, rows: int, device: torch.device) -> None:

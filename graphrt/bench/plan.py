@@ -23,7 +23,8 @@ from graphrt.bench.results import versions
 from graphrt.bench.traffic import Traffic, read_traffic
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
-from graphrt.model.config import ModelConfig, resolve
+from graphrt.model.config import ModelConfig
+from graphrt.model.resolve import resolve
 from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec

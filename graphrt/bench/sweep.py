@@ -41,7 +41,7 @@ from graphrt.bench.scenario import Point, Scenario
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
 from graphrt.measure.roofline import Ceilings, ceilings, step_cost
-from graphrt.model.config import resolve
+from graphrt.model.resolve import resolve
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.model.sharding import rank_shapes, split
 from graphrt.parallel import launch, ranks as ranks_

@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 from graphrt.backends.choices import parse_buckets
-from graphrt.model.config import PRESETS
+from graphrt.model.config import IMPLEMENTATIONS, PRESETS
 from graphrt.run.spec import RunSpec
 
 
@@ -16,6 +16,12 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
     options = [
         click.option("--model", default=RunSpec.model, show_default=True,
                      help=f"Preset ({', '.join(PRESETS)}) or a Hugging Face model directory."),
+        click.option("--impl", type=click.Choice(IMPLEMENTATIONS), default=RunSpec.impl, show_default=True,
+                     help="Which forward decodes: graphrt's lean step (qwen2, qwen3, llama), hf: "
+                     "transformers' own forward and StaticCache (any decoder-only causal LM), or auto: "
+                     "lean where it can run the model, else hf."),
+        click.option("--experts", help="A model with experts on transformers' forward: its experts "
+                     "implementation (eager, batched_mm, grouped_mm) [default: one a graph can capture]."),
         click.option("--device", default=RunSpec.device, show_default=True, help="auto, cpu or cuda."),
         click.option("--dtype", default=RunSpec.dtype, show_default=True,
                      help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16."),

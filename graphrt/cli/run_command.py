@@ -94,7 +94,7 @@ def _run(json_path: str | None, tokenizer: Tokenizer | None, options: dict) -> N
     if result.per_rank:
         echo(f"\n{result.ranks.world} ranks, each figure the slowest rank's unless per rank:")
         echo(report.ranks_table(result))
-    for line in [*report.summary_lines(result), *report.ranks_lines(result)]:
+    for line in [*report.refused_lines(result), *report.summary_lines(result), *report.ranks_lines(result)]:
         echo(line)
     if tokenizer:
         echo("\n".join(text.continuation_lines(tokenizer, spec.prompt_ids, generated(result))))

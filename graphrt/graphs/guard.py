@@ -55,10 +55,25 @@ def _arg(func: torch._ops.OpOverload, args: tuple, kwargs: dict, name: str) -> A
     return args[position] if position < len(args) else kwargs.get(name, argument.default_value)
 
 
+# the dropouts F.dropout and its kin call: (input, p, train)
+_DROPOUTS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout")
+
+
 def _has_bool_index(args: tuple) -> bool:
     """Whether an index or index_put op's indices (its second argument, which the dispatcher
     always passes by position) hold a mask."""
     return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1])
+
+
+def _without_dropout(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """An op tagged random for its dropout, called with none, is exact: fused attention with
+    dropout_p 0, or `dropout` itself outside training (what an eval-mode nn.Dropout calls)."""
+    names = {a.name for a in func._schema.arguments}
+    if "dropout_p" in names:
+        return not _arg(func, args, kwargs, "dropout_p")
+    if func._schema.name in _DROPOUTS:
+        return not _arg(func, args, kwargs, "train") or not _arg(func, args, kwargs, "p")
+    return False
 
 
 def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random: bool = False) -> str | None:
@@ -73,10 +88,8 @@ def refusal(func: torch._ops.OpOverload, args: tuple, kwargs: dict, allow_random
             return _DYNAMIC_SHAPE
     if name in ("aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and _has_bool_index(args):
         return _DYNAMIC_SHAPE  # x[mask] = v finds the mask's nonzeros first
-    if not allow_random and torch.Tag.nondeterministic_seeded in tags:
-        # Fused attention ops carry the tag for their dropout; without dropout they are exact.
-        if not any(a.name == "dropout_p" for a in func._schema.arguments) or _arg(func, args, kwargs, "dropout_p"):
-            return _RANDOM
+    if not allow_random and torch.Tag.nondeterministic_seeded in tags and not _without_dropout(func, args, kwargs):
+        return _RANDOM
     if name == "aten::_to_copy":
         target = kwargs.get("device")
         if target is not None and torch.device(target).type == "cpu" and args[0].device.type != "cpu":

@@ -1,20 +1,24 @@
 """Model configuration: a validated dataclass, named presets with real shapes, and a reader for
 Hugging Face `config.json` files.
 
-One model serves three families, told apart by a few fields (`Family`): Qwen2 and Qwen2.5
-(`qwen2`), Qwen3 dense (`qwen3`) and Llama 3.x (`llama`). Anything else is refused by name.
+graphrt's own lean step serves three families, told apart by a few fields (`Family`): Qwen2 and
+Qwen2.5 (`qwen2`), Qwen3 dense (`qwen3`) and Llama 3.x (`llama`). Any other decoder-only causal LM
+runs on transformers' own forward (`implementation="hf"`, graphrt.model.hf_causal), and so do
+the three families under `--impl hf`; its config here holds only the shapes graphrt reports.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphrt.errors import GraphrtError
 
 DTYPES = ("float32", "bfloat16", "float16")
+# which forward runs a model: graphrt's lean step, transformers' own, or lean where it can
+IMPLEMENTATIONS = ("auto", "lean", "hf")
 
 
 class ConfigError(GraphrtError):
@@ -79,6 +83,11 @@ class ModelConfig:
     use_sliding_window: bool = False
     model_type: str = "qwen2"  # the family, a key of FAMILIES
     rope_scaling: Llama3Rope | None = None  # None: plain RoPE
+    implementation: str = "lean"  # "lean": graphrt's step; "hf": transformers' own forward
+    # "hf" from a checkpoint: its parameters, counted from the file (0: from the shapes above),
+    # and its config.json as read (for JSON results; not compared)
+    parameters: int = 0
+    hf_config: dict[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if (not self.head_dim and self.num_attention_heads > 0
@@ -89,6 +98,8 @@ class ModelConfig:
 
     def _problem(self) -> str | None:
         """What is wrong with this config, in one phrase; None when nothing is."""
+        if self.implementation == "hf" and self.hf_config is not None:
+            return None  # transformers checks its own config as it loads the model
         if self.model_type not in FAMILIES:
             return f"model_type {self.model_type!r} is not one of {', '.join(FAMILIES)}"
         for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -124,7 +135,14 @@ class ModelConfig:
         """Query heads that share one KV head (GQA)."""
         return self.num_attention_heads // self.num_key_value_heads
 
+    @property
+    def lean(self) -> bool:
+        """Runs graphrt's own step (else transformers' forward)."""
+        return self.implementation == "lean"
+
     def num_parameters(self) -> int:
+        if self.parameters:
+            return self.parameters
         h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
         qkv_rows = (self.num_attention_heads + 2 * self.num_key_value_heads) * d
         attn = h * qkv_rows + self.num_attention_heads * d * h  # q, k, v; o
@@ -135,8 +153,13 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The fields of a Hugging Face `config.json` for this model (transformers 5 reads
-        `rope_parameters`; 4.x read the same dict as `rope_scaling`)."""
+        `rope_parameters`; 4.x read the same dict as `rope_scaling`). A checkpoint that runs
+        on transformers' forward gives its own config.json."""
+        if self.hf_config is not None:
+            return dict(self.hf_config)
         d = asdict(self)
+        for key in ("implementation", "parameters", "hf_config"):
+            d.pop(key)
         d.pop("name")
         scaling = d.pop("rope_scaling")
         d.update(architectures=[self.family.architecture], hidden_act="silu", attention_dropout=0.0,
@@ -228,8 +251,8 @@ def _rope(raw: dict[str, Any]) -> tuple[float | None, Llama3Rope | None, str | N
         return theta, None, f"{key} of rope_type llama3 lacks {e.args[0]}"
 
 
-def from_hf_dir(path: str | Path) -> ModelConfig:
-    """Read a Hugging Face model directory's `config.json` (any of its known forms)."""
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """A Hugging Face model directory's `config.json`, as a dict; one line for what is wrong."""
     path = Path(path)
     if not path.exists():
         raise GraphrtError(f"{path}: no such model directory (and not a preset: "
@@ -243,6 +266,19 @@ def from_hf_dir(path: str | Path) -> ModelConfig:
         raise GraphrtError(f"{file}: invalid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise GraphrtError(f"{file}: expected a JSON object at the top level")
+    return raw
+
+
+def lean_problem(raw: dict[str, Any]) -> str | None:
+    """Why graphrt's lean step cannot run the model config.json `raw` describes; None if it can."""
+    return _architecture_problem(raw)
+
+
+def from_hf_dir(path: str | Path) -> ModelConfig:
+    """Read a Hugging Face model directory's `config.json` (any of its known forms) for the lean step."""
+    path = Path(path)
+    raw = read_config_json(path)
+    file = path / "config.json"
     if (problem := _architecture_problem(raw)) is not None:
         raise GraphrtError(f"{file}: {problem}")
     missing = [k for k in _HF_FIELDS if k not in raw]
@@ -274,13 +310,3 @@ def from_hf_dir(path: str | Path) -> ModelConfig:
         )
     except ConfigError as e:
         raise GraphrtError(f"{file}: {e.problem}") from None
-
-
-def resolve(model: str) -> tuple[ModelConfig, Path | None]:
-    """A preset by name (no checkpoint: random weights), or a HF model directory and its config."""
-    if model in PRESETS:
-        return PRESETS[model], None
-    if "/" not in model and not Path(model).exists():
-        raise GraphrtError(f"unknown model {model!r}: not a directory, and not a preset "
-                           f"({', '.join(PRESETS)})")
-    return from_hf_dir(model), Path(model)

@@ -305,6 +305,10 @@ class Qwen2ForCausalLM(nn.Module):
         positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
         return self(tokens, positions)
 
+    def seek(self, position: int) -> None:
+        """Nothing to move: the step writes the cache at its `positions` input. (A model whose
+        cache keeps its own write position moves it here: graphrt.model.hf_causal.)"""
+
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The one step every backend runs: tokens [B, 1], positions [B] -> logits [B, V]."""
         return self(tokens, positions.unsqueeze(1))[:, -1]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch import nn
 from safetensors import SafetensorError, safe_open
 
 from graphrt.errors import GraphrtError
@@ -17,6 +19,28 @@ from graphrt.model.sharding import Shard, Slice, parallelize, rank_slices, take
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+
+
+def load_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+               checkpoint: str | Path | None = None, seed: int = 0, ranks: Shard | None = None,
+               experts: str | None = None) -> nn.Module:
+    """The model a run decodes: graphrt's lean step (`build_model`), or transformers' own
+    forward (graphrt.model.hf_causal) where `config.implementation` says so. `experts` picks
+    transformers' experts implementation of a model with experts."""
+    if config.lean:
+        if experts:
+            raise GraphrtError(f"--experts {experts}: {config.name} runs on graphrt's step, which has "
+                               "no experts; --experts is for models with experts on transformers' forward")
+        return build_model(config, device, dtype, checkpoint, seed, ranks)
+    if ranks is not None:
+        raise GraphrtError(f"--tp: {config.name} runs on transformers' own forward, which graphrt does "
+                           "not shard; leave out --tp")
+    from graphrt.model import hf_causal
+
+    if config.hf_config is None:  # a lean family under --impl hf: transformers' model on its tensors
+        lean = build_model(replace(config, implementation="lean"), device, dtype, checkpoint, seed)
+        return hf_causal.from_lean(lean, experts)
+    return hf_causal.load_transformers(config, Path(checkpoint), device, dtype, experts)
 
 
 def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,

@@ -20,7 +20,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from graphrt.errors import GraphrtError
-from graphrt.model.config import resolve
+from graphrt.model.config import ModelConfig
+from graphrt.model.resolve import resolve
 from graphrt.model.sharding import split
 from graphrt.parallel.ranks import LAUNCHED_BY_GRAPHRT, launched
 
@@ -101,10 +102,20 @@ def relaunched(options: dict[str, Any]) -> bool:
     return True
 
 
+def refuse_transformers(config: ModelConfig, tp: int) -> None:
+    """--tp on a model that runs on transformers' forward: graphrt shards only its own step."""
+    if tp > 1 and not config.lean:
+        raise GraphrtError(f"--tp {tp}: {config.name} runs on transformers' own forward, which graphrt "
+                           "does not shard (tensor parallelism is for the qwen2, qwen3 and llama "
+                           "families on graphrt's step); leave out --tp")
+
+
 def refuse_early(options: dict[str, Any]) -> None:
     """What every one of `--tp N` ranks would refuse alike, refused before any starts."""
     tp = options["tp"]
-    split(resolve(options["model"])[0], 0, tp)
+    config = resolve(options["model"], options.get("impl", "auto"))[0]
+    refuse_transformers(config, tp)
+    split(config, 0, tp)
     cuda = options["device"] == "cuda" or (options["device"] == "auto" and torch.cuda.is_available())
     if cuda and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
         raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)

@@ -92,9 +92,11 @@ def decode(backend: Backend, prompt: torch.Tensor, steps: int, warmup: int = 1,
         if lengths is None:
             positions = torch.full((batch,), length if start is None else start, dtype=torch.long,
                                    device=device)
+            model.seek(length if start is None else start)
             token = greedy(logits[:, -1])
         else:
             positions = lengths.to(device=device, dtype=torch.long, copy=True)
+            model.seek(int(lengths.max()))  # a cache with one write position: its rows are of one length
             token = greedy(logits[torch.arange(batch, device=device), positions - 1])
         generated, kept, host_ms = [token], [], []
         keep_steps = LOGITS_BUDGET_BYTES // (batch * model.config.vocab_size * 4) if keep_logits else 0
@@ -144,6 +146,7 @@ def count_launches(counted: Sequence[tuple[Backend, Generation]], position: int)
         for backend, gen in counted:
             device = backend.model.lm_head.weight.device
             tokens, positions = first_step_inputs(gen, position, device)
+            backend.model.seek(position)  # each step below writes at most two slots on from it
             backend.step(tokens, positions)
             steps.append(CountedStep(backend.name, functools.partial(backend.step, tokens, positions),
                                      backend.countable_on_cpu))

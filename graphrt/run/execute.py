@@ -8,16 +8,19 @@ from dataclasses import dataclass, field
 import torch
 
 from graphrt.backends.base import Backend
-from graphrt.backends.choices import expand_modes
+from graphrt.backends.choices import GRAPH_MODES, expand_modes
 from graphrt.backends.factory import make_backend
-from graphrt.errors import GraphrtError
+from graphrt.errors import GraphrtError, first_line
+from graphrt.backends.graph import LintRefusal
+from graphrt.graphs import GraphCaptureError
 from graphrt.graphs.agree import check_ranks_agree
 from graphrt.graphs.localize import Localization
 from graphrt.measure import nvtx
 from graphrt.measure.collective_share import measure_on
 from graphrt.measure.launches import StepLaunches
-from graphrt.model.config import ModelConfig, resolve
-from graphrt.model.weights import build_model
+from graphrt.model.config import ModelConfig
+from graphrt.model.resolve import resolve
+from graphrt.model.weights import load_model
 from graphrt.parallel import ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.run import rank_figures
@@ -46,18 +49,20 @@ class RunResult:
     ranks: Ranks | None = None  # this process's place in a tensor-parallel run
     # per mode, every rank's figures (tensor-parallel runs only)
     per_rank: dict[str, list[rank_figures.RankFigures]] = field(default_factory=dict)
+    # per mode that could not capture the step: why, in one line naming the module and op
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def load(spec: RunSpec, ranks: Ranks | None = None
          ) -> tuple[ModelConfig, torch.nn.Module, torch.device, torch.dtype]:
     """The spec's model with weights (with `ranks`: this rank's share of them)."""
-    config, checkpoint = resolve(spec.model)
+    config, checkpoint = resolve(spec.model, spec.impl)
     if spec.seq_len > config.max_position_embeddings:
         raise GraphrtError(f"sequence length {spec.seq_len} exceeds {config.name}'s "
                            f"max_position_embeddings {config.max_position_embeddings}")
     device = ranks.device if ranks is not None else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
-    model = build_model(config, device, dtype, checkpoint=checkpoint, seed=spec.seed, ranks=ranks)
+    model = load_model(config, device, dtype, checkpoint, spec.seed, ranks, spec.experts)
     return config, model, device, dtype
 
 
@@ -69,6 +74,10 @@ def _prompt(spec: RunSpec, config: ModelConfig) -> tuple[torch.Tensor, torch.Ten
     if outside >= config.vocab_size:
         raise GraphrtError(f"--prompt: token id {outside} is outside {config.name}'s vocabulary "
                            f"of {config.vocab_size}; is the tokenizer this model's?")
+    if not config.lean and len({len(row) for row in spec.prompt_ids}) > 1:
+        raise GraphrtError(f"--prompt: rows of {sorted({len(row) for row in spec.prompt_ids})} tokens; "
+                           f"{config.name} runs on transformers' StaticCache, which writes every row at one "
+                           "position: give prompts of one length")
     return pad_rows(spec.prompt_ids)
 
 
@@ -137,12 +146,24 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
             for backend in backends:
                 if on_mode:
                     on_mode(backend.name)
-                report = backend.prepare(spec.batch)
-                gen = decode(backend, prompt, spec.steps, spec.warmup, lengths=lengths)
+                try:
+                    report = backend.prepare(spec.batch)
+                except GraphCaptureError as refusal:  # the other modes still run
+                    result.refused[backend.name] = f"the capture refused the step: {refusal_line(refusal)}"
+                    continue
+                try:
+                    gen = decode(backend, prompt, spec.steps, spec.warmup, lengths=lengths)
+                except (RuntimeError, IndexError) as failure:
+                    if backend.name not in GRAPH_MODES:
+                        raise
+                    # a step captured without the lint (--no-lint) that its replay cannot run
+                    result.refused[backend.name] = f"its replay failed: {first_line(failure)}"
+                    continue
                 gen.prepare = report
                 result.generations[backend.name] = gen
                 if on_done:
                     on_done(result, backend.name)
+            backends = [b for b in backends if b.name in result.generations]
             _count(result, backends, model)
             if ranks is not None:
                 for backend in backends:
@@ -154,6 +175,13 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def refusal_line(refusal: GraphCaptureError) -> str:
+    """A capture's refusal in one line: the lint's first finding, or the op the capture refused."""
+    if isinstance(refusal, LintRefusal):
+        return refusal.one_line()
+    return str(refusal).splitlines()[0]
 
 
 def _count(result: RunResult, backends: list[Backend], model: torch.nn.Module) -> None:
@@ -177,6 +205,8 @@ def _reference_backend(model: torch.nn.Module, prompt: torch.Tensor, ranks: Rank
 
     if ranks is not None:
         return None, "not under --tp: HF's step needs the whole model, a rank holds a share"
+    if not model.config.lean:
+        return None, "the model runs on transformers' own forward already"
     if (why := peer.unavailable()) is not None:
         return None, why
     reference = peer.PeerBackend(model)

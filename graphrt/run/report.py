@@ -10,6 +10,7 @@ from tabulate import tabulate
 from graphrt.measure import hardware
 from graphrt.measure.collective_share import OF, measure_on
 from graphrt.measure.roofline import step_cost
+from graphrt.model.config import FAMILIES, ModelConfig
 from graphrt.run import rank_figures
 from graphrt.run.decode import Generation
 from graphrt.run.equivalence import compare
@@ -24,11 +25,19 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def header(result: RunResult) -> str:
     spec, m = result.spec, result.machine
-    return (f"{result.config.name} · {m['device_name']} ({result.device.type}) · "
+    return (f"{result.config.name}{_forward(result.config)} · {m['device_name']} ({result.device.type}) · "
             f"{_dtype_name(result.dtype)} · batch {spec.batch} · prompt {spec.prompt_len} · "
             f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions"
             + (f"\nrank 0's own figures, of {result.ranks.world} tensor-parallel ranks (all ranks below)"
                if result.ranks else ""))
+
+
+def _forward(config: ModelConfig) -> str:
+    """Whose forward runs, where it is not graphrt's own step."""
+    if config.lean:
+        return ""
+    names = (config.hf_config or {}).get("architectures") or [config.family.architecture]
+    return f" · transformers' {names[0]}"
 
 
 _TIMING_HEADERS = ("mode", "step ms (median)", "p10", "p90", "tokens/s", "GB/s", "% peak",
@@ -46,6 +55,8 @@ def bandwidth(result: RunResult, gen: Generation) -> tuple[float | None, float |
     over the median step: bytes/s, and its share of the device's datasheet bandwidth where known.
     None under tensor parallelism: a rank moves its share, and the roofline counts the model's."""
     if result.ranks is not None and result.ranks.world > 1:
+        return None, None
+    if result.config.model_type not in FAMILIES:  # the roofline knows the lean families' shapes only
         return None, None
     spec = result.spec
     cost = step_cost(result.config, spec.batch, spec.seq_len, result.dtype.itemsize)
@@ -143,6 +154,11 @@ def summary_lines(result: RunResult) -> list[str]:
     return lines
 
 
+def refused_lines(result: RunResult) -> list[str]:
+    """The modes that could not capture the step, each with why."""
+    return [f"{mode}: not run: {why}" for mode, why in result.refused.items()]
+
+
 def to_dict(result: RunResult) -> dict[str, Any]:
     """Every figure of the run, plus the prompt and generated ids so any run can be checked."""
     spec = result.spec
@@ -194,6 +210,8 @@ def to_dict(result: RunResult) -> dict[str, Any]:
         # the rows as given (a padded batch holds pad ids after the shorter ones)
         "prompt_ids": [list(row) for row in spec.prompt_ids] or result.prompt.tolist(),
         "modes": modes,
+        "refused": dict(result.refused),  # mode -> why it did not run (its capture refused the step, ...)
+        "implementation": "graphrt" if result.config.lean else "transformers",
         # HF transformers' eager step on the same config and weights (None without transformers)
         "hf_ops_per_step": result.reference_launches and result.reference_launches.ops,
     }

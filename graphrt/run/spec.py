@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from graphrt.backends.choices import expand_modes
 from graphrt.errors import GraphrtError
-from graphrt.model.config import DTYPES
+from graphrt.model.config import DTYPES, IMPLEMENTATIONS
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class RunSpec:
     lint: bool = True  # lint the step before a graph captures it (GraphBackend)
     # tensor-parallel ranks; 0: as many as the launcher started (torchrun), else 1
     tp: int = 0
+    # which forward: graphrt's lean step, transformers' own ("hf"), or lean where it can run the model
+    impl: str = "auto"
+    experts: str | None = None  # transformers' experts implementation, for a model with experts
 
     def __post_init__(self) -> None:
         if self.prompt_ids:
@@ -59,6 +62,8 @@ class RunSpec:
             raise GraphrtError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         if self.dtype not in ("auto", *DTYPES):
             raise GraphrtError(f"--dtype must be auto or one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.impl not in IMPLEMENTATIONS:
+            raise GraphrtError(f"--impl must be one of {', '.join(IMPLEMENTATIONS)}, got {self.impl!r}")
         expand_modes(self.mode)  # validates
 
     @property

@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from graphrt.errors import GraphrtError
-from graphrt.model.config import PRESETS, Llama3Rope, ModelConfig, from_hf_dir, resolve
+from graphrt.model.config import PRESETS, Llama3Rope, ModelConfig, from_hf_dir
+from graphrt.model.resolve import resolve
 
 QWEN2_0_5B = {  # Qwen/Qwen2-0.5B's config.json, in the transformers 4.x form
     "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,

@@ -41,7 +41,8 @@ import graphrt
 from graphrt.backends.choices import expand_modes
 from graphrt.errors import GraphrtError
 from graphrt.io import write_json
-from graphrt.model.config import ModelConfig, resolve
+from graphrt.model.config import ModelConfig
+from graphrt.model.resolve import resolve
 from graphrt.run import execute
 from graphrt.run.device import resolve_device
 from graphrt.run.machine import machine

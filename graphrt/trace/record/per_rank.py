@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from graphrt.backends.choices import expand_modes
-from graphrt.model.config import resolve
+from graphrt.model.resolve import resolve
 from graphrt.parallel.launch import launch
 from graphrt.parallel.ranks import leave
 from graphrt.run import execute

@@ -1,0 +1,199 @@
+"""Any causal LM transformers can load, behind the step graphrt runs: transformers' own forward
+and its own `StaticCache`, with nothing of graphrt's in between.
+
+    model = load_transformers(config, path, device, dtype)   # or from_lean(lean_model) for --impl hf
+    model.setup_cache(max_batch, max_seq_len)                 # a StaticCache of max_batch rows
+    logits = model.prefill(tokens)                            # [B, T] -> [B, T, V], eager
+    logits = model.decode_step(tokens, positions)             # [B, 1], [B] -> [B, V]
+
+`HFCausalLM` adopts the transformers model's children (`model`, `lm_head`) as its own, so its
+module names, its state_dict and every NVTX range are transformers' (`model.layers.0.self_attn
+(MistralAttention)`), and calls the transformers model's own `forward`.
+
+transformers' StaticCache holds one batch size, allocated at its first write, and writes every
+row at one position: its own counter per layer (a device tensor, `cumulative_length`; a Python
+int too in sliding-window layers), advanced by each call. So here:
+
+- the cache is allocated in `setup_cache`, by one throwaway token through the model, then
+  zeroed: never lazily inside a lint or a capture;
+- every call runs all `max_batch` rows, the caller's rows first, padded after them (a graph
+  bucket is the cache's rows; an eager step of fewer rows pays for the padding too);
+- all rows share one position: `positions` gives the rotary positions, the counters the cache
+  slot, and `seek` puts the counters at a position before a step that is run out of sequence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphrt.errors import GraphrtError
+from graphrt.model.config import ModelConfig
+
+EXTRA = "pip install 'graphrt[hf]'"
+# transformers' experts implementations that graphrt offers (`--experts`): its per-expert loop,
+# every token through every expert at once, and one grouped GEMM where the device has it
+EXPERTS = ("eager", "batched_mm", "grouped_mm")
+
+
+def transformers_module(config: ModelConfig) -> Any:
+    """transformers, imported only for a model that needs it; one line naming the extra if absent."""
+    try:
+        import transformers
+    except ImportError:
+        raise GraphrtError(f"{config.name}: model_type {config.model_type!r} runs on transformers' own "
+                           f"forward, and transformers is not installed: {EXTRA}") from None
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raise GraphrtError(f"{config.name}: transformers' forward needs transformers 5.x (its cache "
+                           f"API), found {transformers.__version__}: {EXTRA}")
+    # its load reports, hints and progress bars are not graphrt's output
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+class HFCausalLM(nn.Module):
+    """transformers' model of a checkpoint, run with its own StaticCache (module docstring)."""
+
+    def __init__(self, hf: nn.Module, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        for name, child in hf.named_children():  # transformers' names: model, lm_head, ...
+            self.add_module(name, child)
+        object.__setattr__(self, "hf", hf)  # not a child: its children are ours already
+        self.cache: Any = None
+        self.max_batch = self.max_seq_len = 0
+
+    @property
+    def architecture(self) -> str:
+        return type(self.hf).__name__
+
+    @property
+    def experts(self) -> str | None:
+        """The experts implementation the model runs; None for a model without experts."""
+        return self.hf.config._experts_implementation if experts_modules(self.hf) else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def setup_cache(self, max_batch: int, max_seq_len: int) -> None:
+        """A StaticCache of `max_batch` rows and `max_seq_len` slots, allocated now."""
+        import transformers
+
+        self.max_batch, self.max_seq_len = max_batch, max_seq_len
+        self.cache = transformers.StaticCache(config=self.hf.config, max_cache_len=max_seq_len)
+        with torch.inference_mode():
+            self.prefill(torch.zeros(max_batch, 1, dtype=torch.long, device=self.device))
+            self.cache.reset()  # in place: the tensors keep their addresses
+
+    def seek(self, position: int) -> None:
+        """Put every layer's write position at `position` (between steps, never inside one)."""
+        for layer in self.cache.layers:
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                layer.cumulative_length.fill_(position)
+            if hasattr(layer, "cumulative_length_int"):
+                layer.cumulative_length_int = position
+
+    def _padded(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] -> [max_batch, T]: the cache's batch is fixed, so pad rows follow."""
+        b = tokens.shape[0]
+        if b > self.max_batch:
+            raise GraphrtError(f"batch {b} exceeds the KV cache's {self.max_batch} rows")
+        if b == self.max_batch:
+            return tokens
+        return torch.cat((tokens, tokens.new_zeros(self.max_batch - b, tokens.shape[1])))
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                keep: int = 0) -> torch.Tensor:
+        """tokens [B, T], positions [B, T] or None (from the cache) -> logits [B, T or keep, V]."""
+        b = tokens.shape[0]
+        if positions is not None and b < self.max_batch:
+            positions = torch.cat((positions, positions[:1].expand(self.max_batch - b, -1)))
+        out = self.hf(input_ids=self._padded(tokens), position_ids=positions, cache=self.cache,
+                      use_cache=True, logits_to_keep=keep)
+        return out.logits[:b]
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Eager, from an empty cache: tokens [B, T] fill slots 0..T-1; logits [B, T, V]."""
+        if self.cache is None:
+            raise GraphrtError("the model has no KV cache yet: call setup_cache(max_batch, max_seq_len) first")
+        self.cache.reset()
+        return self(tokens)
+
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The step every backend runs: tokens [B, 1], positions [B] -> logits [B, V]."""
+        return self(tokens, positions.unsqueeze(1), keep=1)[:, -1]
+
+
+def experts_modules(hf: nn.Module) -> list[str]:
+    """The modules whose forward transformers picks by its experts implementation."""
+    return [name for name, m in hf.named_modules() if hasattr(m, "_is_expert_parallel")]
+
+
+def _with_experts(hf: nn.Module, config: ModelConfig, experts: str | None) -> nn.Module:
+    """`experts` set on a model with experts; by default one a graph can capture: transformers'
+    own default (grouped_mm) where the device has it, else batched_mm, never its eager loop,
+    whose routing reads token counts back to the host."""
+    if not experts_modules(hf):
+        if experts:
+            raise GraphrtError(f"--experts {experts}: {config.name} has no experts")
+        return hf
+    if experts is None and hf.config._experts_implementation == "eager":
+        experts = "batched_mm"
+    if experts is not None and experts != hf.config._experts_implementation:
+        try:
+            hf.set_experts_implementation(experts)
+        except (ValueError, ImportError, RuntimeError) as e:
+            raise GraphrtError(f"--experts {experts}: transformers refuses it here ({_first_line(e)})") from None
+    return hf
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dtype,
+            experts: str | None) -> nn.Module:
+    if experts is not None and experts not in EXPERTS:
+        raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
+    try:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except (ValueError, KeyError, OSError, ImportError) as e:
+        # transformers' own words: an architecture it has no causal LM for, a missing weight file
+        raise GraphrtError(f"{path}: transformers cannot load it as a causal LM ({_first_line(e)})") from None
+    return _with_experts(hf, config, experts)
+
+
+def load_transformers(config: ModelConfig, path: Path, device: torch.device, dtype: torch.dtype,
+                      experts: str | None = None) -> HFCausalLM:
+    """A checkpoint directory through transformers' own classes, its weights in `dtype` on `device`."""
+    transformers = transformers_module(config)
+    hf = _loaded(transformers, config, path, dtype, experts)
+    if getattr(hf, "_is_stateful", False) or not getattr(hf, "_can_compile_fullgraph", True):
+        raise GraphrtError(f"{path}: {type(hf).__name__} keeps a recurrent state transformers' "
+                           "StaticCache does not hold; graphrt decodes with a static KV cache only")
+    return HFCausalLM(hf.to(device).eval().requires_grad_(False), config)
+
+
+def from_lean(model: nn.Module, experts: str | None = None) -> HFCausalLM:
+    """transformers' model of a lean family's config on the lean model's very tensors (`--impl hf`
+    on a preset or a lean checkpoint): no memory spent twice, a tied matrix stays one tensor."""
+    config = model.config
+    transformers = transformers_module(config)
+    hf_config = transformers.AutoConfig.for_model(**config.to_hf_dict())
+    device = model.lm_head.weight.device
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(hf_config)
+    hf.load_state_dict(model.state_dict(), assign=True)
+    with torch.device(device):  # the rotary table is a buffer outside the state_dict
+        hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config)
+    left = [n for n, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
+    if left:
+        raise GraphrtError(f"transformers' {type(hf).__name__}: tensors left on the meta device: "
+                           f"{', '.join(left)}")
+    return HFCausalLM(_with_experts(hf, config, experts).eval().requires_grad_(False), config)
