@@ -205,8 +205,8 @@ def test_transformers_decode_with_its_static_cache_is_lint_clean_and_replays_lik
         report = lint_step(step, [(TOKENS, POSITIONS), (TOKENS + 1, POSITIONS + 1)], model=hf, warmup=0)
         assert report.clean, report
         # clean is true of a graph: a TapeGraph of the step generates what eager does
-        replay = compare_replay(step, (TOKENS, POSITIONS), steps=4, model=hf, warmup=0,
-                                next_inputs=lambda out, tokens, positions: (out.argmax(-1, keepdim=True), positions + 1))
+        greedy = lambda out, tokens, positions: (out.argmax(-1, keepdim=True), positions + 1)  # noqa: E731
+        replay = compare_replay(step, (TOKENS, POSITIONS), steps=4, next_inputs=greedy, model=hf, warmup=0)
     assert replay.matches, replay.divergence
 
 
