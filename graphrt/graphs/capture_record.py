@@ -8,7 +8,12 @@ Where a tensor comes from is what decides whether a graph can replay it:
 - MADE: the result of an earlier op of the same step (the graph owns it);
 - PYTHON: built from Python data inside the step (`torch.tensor([pos])`): a constant to a graph;
 - OUTSIDE: anything else that existed before the step: the graph reads it at its address, and
-  nothing but the step's own ops updates it on replay.
+  nothing but the step's own ops updates it on replay;
+- STATE: an outside tensor the step writes in place (any view of its storage, by an op whose
+  schema marks the argument written: `index_copy_`, `add_`, `copy_`, `out=`): a KV cache and its
+  counters, passed in or held by a plain object. The step keeps it up to date itself, as it does
+  a registered buffer, so a graph replays it rightly wherever it is read, before the write too.
+  Known only once the whole capture is recorded (`OpRecorder.recorded`).
 
 Captures compare by these, not by tensor identity: two captures make different tensors, but
 op 12's result is op 12's result in both.
@@ -18,18 +23,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphrt.graphs.guard import NEW_MEMORY, refusal, run_watching_writes
+from graphrt.graphs.guard import NEW_MEMORY, refusal, run_watching_writes, written_tensors
 from graphrt.measure.opcount import storage_key
 
 # A tensor this small that a graph would freeze is shown by its values; a larger one by shape.
 SHOWN_VALUES = 16
+OUTSIDE_MODULES = "the step, outside any module"
 
 
 class Origin(enum.Enum):
@@ -38,6 +44,7 @@ class Origin(enum.Enum):
     MADE = "made"
     PYTHON = "python"
     OUTSIDE = "outside"
+    STATE = "state"
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,13 @@ class TensorUse:
 
     origin: Origin
     ref: Any  # INPUT: argument index; STATIC: its name; MADE/PYTHON: index of the op that made it;
-    #           OUTSIDE: the module attribute that holds it, or None
+    #           OUTSIDE: the module attribute that holds it, or None;
+    #           STATE: (that attribute or None, "op in module" of its first write)
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
     values: torch.Tensor | None = None  # PYTHON: a copy of small contents, as read
+    storage: int | None = None  # OUTSIDE and STATE: its storage identity (state is compared by it)
 
     def describe(self) -> str:
         if self.origin is Origin.INPUT:
@@ -61,8 +70,12 @@ class TensorUse:
             return f"the result of op #{self.ref}"
         if self.origin is Origin.PYTHON:
             return f"a tensor built from Python data in the step holding {show_tensor(self)}"
+        meta = f"{_dtype(self.dtype)} {list(self.shape)} on {self.device.type}"
+        if self.origin is Origin.STATE:
+            held, writer = self.ref
+            return f"{held + ', ' if held else ''}the step's state ({meta}), written in place by {writer}"
         what = f"{self.ref}, a plain tensor attribute" if self.ref else "a tensor"
-        return f"{what} ({_dtype(self.dtype)} {list(self.shape)} on {self.device.type})"
+        return f"{what} ({meta})"
 
 
 def show_tensor(use: TensorUse) -> str:
@@ -85,6 +98,11 @@ class RecordedOp:
     args: tuple[tuple[str, Any], ...]  # (schema argument name, TensorUse or Python value)
     out_shapes: tuple[tuple[int, ...], ...]
     refusal: str | None  # why a graph capture would refuse it, if it would
+
+    @property
+    def module(self) -> str:
+        """The innermost module range it ran in."""
+        return self.ranges[-1] if self.ranges else OUTSIDE_MODULES
 
 
 def static_names(model: nn.Module | None) -> dict[int, str]:
@@ -134,8 +152,9 @@ class OpRecorder(TorchDispatchMode):
     """Runs every op unchanged and appends a `RecordedOp` for each to `ops`.
 
     It keeps every tensor an op returns alive until it is dropped, so that while the capture
-    lasts no later tensor takes the storage identity of one the step made. (An outside tensor's
-    identity is never compared, so it needs no such care.)
+    lasts no later tensor takes the storage identity of one the step made; and every outside
+    tensor as long as it lives itself (`outside`), so that state compares by identity across
+    captures even where the step drops the one it wrote.
     """
 
     def __init__(self, inputs: dict[int, int], statics: dict[int, str], attributes: dict[int, str],
@@ -146,6 +165,8 @@ class OpRecorder(TorchDispatchMode):
         self.ops: list[RecordedOp] = []
         self.made: dict[int, int] = {}  # storage -> index of the op that made it
         self.python: dict[int, int] = {}  # storage -> index of the op that lifted Python data
+        self.outside: dict[int, torch.Tensor] = {}  # storage -> a tensor of it, from outside the step
+        self.written: dict[int, int] = {}  # outside storage -> index of the first op writing it in place
         self._alive: list[torch.Tensor] = []
 
     def _use(self, t: torch.Tensor) -> TensorUse:
@@ -160,7 +181,8 @@ class OpRecorder(TorchDispatchMode):
         if key in self.python:  # lifted from host data by torch.tensor (never on meta): it has values
             values = t.detach().clone() if t.numel() <= SHOWN_VALUES else None
             return TensorUse(Origin.PYTHON, self.python[key], *meta, values=values)
-        return TensorUse(Origin.OUTSIDE, self.attributes.get(key), *meta)
+        self.outside.setdefault(key, t)
+        return TensorUse(Origin.OUTSIDE, self.attributes.get(key), *meta, storage=key)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -170,6 +192,9 @@ class OpRecorder(TorchDispatchMode):
             self.python[storage_key(args[0])] = index
         named = [(name, self._use(v) if isinstance(v, torch.Tensor) else v)
                  for name, v in _named_args(func, args, kwargs)]
+        if func._schema.is_mutable:
+            for key in {storage_key(t) for t in written_tensors(func, args, kwargs)} & self.outside.keys():
+                self.written.setdefault(key, index)
         out, moved = run_watching_writes(func, args, kwargs)
         if moved:
             reason = reason or NEW_MEMORY
@@ -181,6 +206,22 @@ class OpRecorder(TorchDispatchMode):
         self.ops.append(RecordedOp(str(func), tuple(self.open_ranges), tuple(named),
                                    tuple(tuple(t.shape) for t in results), reason))
         return out
+
+    def recorded(self) -> list[RecordedOp]:
+        """The capture's ops, each outside tensor the step writes in place anywhere in it turned
+        into the step's STATE at every use (reads before the first write included)."""
+        if not self.written:
+            return self.ops
+        writers = {key: f"{self.ops[i].name} in {self.ops[i].module}" for key, i in self.written.items()}
+
+        def classified(value: Any) -> Any:
+            if not isinstance(value, TensorUse) or value.storage not in writers:
+                return value
+            return replace(value, origin=Origin.STATE, ref=(value.ref, writers[value.storage]))
+
+        return [op if not any(isinstance(v, TensorUse) and v.storage in writers for _, v in op.args)
+                else replace(op, args=tuple((name, classified(v)) for name, v in op.args))
+                for op in self.ops]
 
     def host_read(self, name: str, reason: str) -> None:
         """A host read that never reached the dispatcher (`HostReadGuard(report=...)`)."""

@@ -19,8 +19,7 @@ from graphrt.graphs.capture_record import Origin, RecordedOp, TensorUse, show_te
 
 # What a finding is about (`Finding.kind`).
 KINDS = ("refused", "python-value", "python-tensor", "shape", "control-flow", "tensor",
-         "outside-tensor", "host-tensor", "attribute")
-OUTSIDE_MODULES = "the step, outside any module"
+         "outside-tensor", "host-tensor", "attribute", "replaced-state")
 # What `torch.tensor(data)` dispatches to make its tensor: the ops that use it are the ones to name.
 _BUILDS_TENSOR = frozenset({"aten.lift_fresh.default", "aten.detach_.default"})
 
@@ -31,7 +30,7 @@ class Finding:
 
     kind: str  # one of KINDS
     op: str | None  # the aten overload; None for an attribute
-    module: str  # the innermost module range it ran in, or OUTSIDE_MODULES
+    module: str  # the innermost module range it ran in (RecordedOp.module)
     message: str  # what differs and what replay would do
 
     def __str__(self) -> str:
@@ -56,10 +55,6 @@ def _same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _module(op: RecordedOp) -> str:
-    return op.ranges[-1] if op.ranges else OUTSIDE_MODULES
-
-
 class Findings:
     """Findings in order, each line once; a line found at several ops says how many."""
 
@@ -67,7 +62,7 @@ class Findings:
         self.seen: dict[str, tuple[Finding, int]] = {}
 
     def add(self, kind: str, op: RecordedOp | None, message: str, module: str | None = None) -> None:
-        finding = Finding(kind, op.name if op else None, module or _module(op), message)
+        finding = Finding(kind, op.name if op else None, module or op.module, message)
         first, count = self.seen.get(str(finding), (finding, 0))
         self.seen[str(finding)] = (first, count + 1)
 
@@ -84,7 +79,7 @@ def _refusal_message(op: RecordedOp, module: nn.Module | None) -> str:
     message = (f"{op.refusal}; a CUDA graph draws new numbers on each replay, but not eager's, "
                "so the step cannot be checked against eager")
     if module is not None and module.training:
-        message += f"; {_module(op)} is in training mode: call .eval() on the model"
+        message += f"; {op.module} is in training mode: call .eval() on the model"
     return message
 
 
@@ -94,7 +89,7 @@ def check_capture(ops: list[RecordedOp], device: torch.device, modules: dict[str
     a model says which tensors are static) tensors from outside the step."""
     for op in ops:
         if op.refusal is not None:
-            found.add("refused", op, _refusal_message(op, modules.get(_module(op))))
+            found.add("refused", op, _refusal_message(op, modules.get(op.module)))
         for name, use in op.args:
             if not isinstance(use, TensorUse):
                 continue
@@ -141,11 +136,13 @@ def _ops_text(ops: list[RecordedOp]) -> str:
     return f"{len(ops)} op{'s' * (len(ops) != 1)} ({names}{', …' if len(ops) > 3 else ''})"
 
 
-def _same_tensor(a: TensorUse, b: TensorUse, pairs: dict[int, int]) -> bool:
+def _same_tensor(a: TensorUse, b: TensorUse, pairs: dict[int, int], states: dict[int, int]) -> bool:
     if a.origin is not b.origin:
         return False
     if a.origin in (Origin.MADE, Origin.PYTHON):
         return pairs.get(a.ref) == b.ref
+    if a.origin is Origin.STATE:  # paired by order (_compare_states says where it was replaced)
+        return states.get(a.storage) == b.storage
     return a.ref == b.ref or a.origin is Origin.OUTSIDE  # outside tensors are check_capture's to judge
 
 
@@ -156,7 +153,7 @@ def _other_contents(a: TensorUse, b: TensorUse) -> bool:
 
 
 def _compare_op(x: RecordedOp, y: RecordedOp, numbers: tuple[int, int], pairs: dict[int, int],
-                found: Findings) -> None:
+                states: dict[int, int], found: Findings) -> None:
     """Two matched ops of two captures: every difference a replay would freeze."""
     first, second = (f"in capture {n}" for n in numbers)
     if [name for name, _ in x.args] != [name for name, _ in y.args]:
@@ -170,7 +167,7 @@ def _compare_op(x: RecordedOp, y: RecordedOp, numbers: tuple[int, int], pairs: d
     # the cause is reported where it arose, not again at every op it reaches.
     inherited = any(isinstance(b, TensorUse) and a.shape != b.shape for _, a, b in uses)
     for name, a, b in uses:
-        if not isinstance(b, TensorUse) or not _same_tensor(a, b, pairs):
+        if not isinstance(b, TensorUse) or not _same_tensor(a, b, pairs, states):
             found.add("tensor", x, (
                 f"argument {name} is {a.describe()} {first} and "
                 f"{b.describe() if isinstance(b, TensorUse) else show_value(b)} {second}: "
@@ -194,9 +191,38 @@ def _compare_op(x: RecordedOp, y: RecordedOp, numbers: tuple[int, int], pairs: d
                                f"replay keeps {shape(x)} forever"))
 
 
+def _first_state_uses(ops: list[RecordedOp]) -> dict[int, tuple[RecordedOp, str, TensorUse]]:
+    """Storage -> (op, argument, use) of each state tensor's first use, in order of first use."""
+    first: dict[int, tuple[RecordedOp, str, TensorUse]] = {}
+    for op in ops:
+        for name, use in op.args:
+            if isinstance(use, TensorUse) and use.origin is Origin.STATE:
+                first.setdefault(use.storage, (op, name, use))
+    return first
+
+
+def _compare_states(a: list[RecordedOp], b: list[RecordedOp], numbers: tuple[int, int],
+                    found: Findings) -> dict[int, int]:
+    """Pair the state tensors of two captures by order of first use (storage of a -> of b), and
+    report each pair that is not one tensor: the step's state was replaced, not written in place."""
+    first_a, first_b = _first_state_uses(a), _first_state_uses(b)
+    states = dict(zip(first_a, first_b))
+    for key_a, key_b in states.items():
+        if key_a != key_b:
+            op, name, use = first_a[key_a]
+            found.add("replaced-state", op, (
+                f"argument {name} is {use.describe()}; capture {numbers[1]} has another tensor in its "
+                f"place: the step's state was replaced between captures {numbers[0]} and {numbers[1]} "
+                f"rather than written in place; a graph keeps reading and writing capture "
+                f"{numbers[0]}'s tensor; copy the new values into it instead"))
+    return states
+
+
 def compare_captures(a: list[RecordedOp], b: list[RecordedOp], numbers: tuple[int, int],
                      found: Findings) -> None:
-    """Two captures of one step (capture numbers `numbers`), op by op."""
+    """Two captures of one step (capture numbers `numbers`), op by op; the step's state tensor
+    by tensor."""
+    states = _compare_states(a, b, numbers, found)
     pairs, blocks = _alignment(a, b)
     for i1, i2, j1, j2 in blocks:
         where = a[i1] if i1 < len(a) else b[j1]  # a block is never empty in both
@@ -206,4 +232,4 @@ def compare_captures(a: list[RecordedOp], b: list[RecordedOp], numbers: tuple[in
             f"runs capture {numbers[0]}'s ops"))
     index = dict(pairs)
     for i, j in pairs:
-        _compare_op(a[i], b[j], numbers, index, found)
+        _compare_op(a[i], b[j], numbers, index, states, found)

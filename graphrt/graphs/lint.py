@@ -129,6 +129,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
     device = step_device(model, first)
     found = Findings()
     captures: list[list[RecordedOp]] = []
+    held: list[dict[int, torch.Tensor]] = []
 
     def load(values: tuple) -> Callable[[], Any]:
         """Copy a state's tensors into the static buffers; the call that reads them."""
@@ -159,7 +160,8 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
                     f"attribute {name} changed during the step ({show_value(was)} -> {show_value(now)}): "
                     "a replay runs no Python, so it never changes again (and ops that read it "
                     "replay the captured value)"), module=name)
-            captures.append(recorder.ops)
+            captures.append(recorder.recorded())
+            held.append(recorder.outside)  # state compares by identity: none may be freed and reused
     check_capture(captures[0], device, modules, found, judge_outside=model is not None)
     for k, ops in enumerate(captures[1:], 1):
         compare_captures(captures[0], ops, (1, k + 1), found)

@@ -11,7 +11,7 @@ import re
 
 import pytest
 import torch
-from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, HostCounter, IntPosition, Net, RandomNoise
+from test_lint import SLOTS, WIDTH, X0, X1, BranchOnData, Case, IntPosition, Net, RandomNoise, ReboundCounter
 
 from graphrt.graphs import GraphCaptureError, capture, lint_step
 from graphrt.graphs.findings import show_value
@@ -70,18 +70,20 @@ def test_one_finding_is_the_head_line_and_one_indented_line():
 
 
 def test_a_tensor_attribute_is_named_with_its_dtype_shape_and_device():
-    outside = ("body.host_position, a plain tensor attribute (int64 [1] on cpu), neither a static "
-               "input nor made inside the step: replay uses it where it lies and sees no update made "
-               "outside the step; register it as a buffer or pass it in as an input")
-    assert report_text(Net(HostCounter()).eval(), [(X0,), (X1,)]) == (
-        "lint: 2 findings over 2 captures of 5 ops (T)\n"
-        f"  aten.add_.Tensor in body (HostCounter): argument self is {outside}\n"
-        f"  aten.copy_.default in body (HostCounter): argument src is {outside}")
+    assert report_text(Net(ReboundCounter()).eval(), [(X0,), (X1,)]) == (
+        "lint: 2 findings over 2 captures of 4 ops (T)\n"
+        "  body.counter: attribute body.counter changed during the step (a int64 [1] tensor -> a "
+        "int64 [1] tensor): a replay runs no Python, so it never changes again (and ops that read "
+        "it replay the captured value)\n"
+        "  aten.add.Tensor in body (ReboundCounter): argument self is body.counter, a plain tensor "
+        "attribute (int64 [1] on cpu), neither a static input nor made inside the step: replay uses "
+        "it where it lies and sees no update made outside the step; register it as a buffer or pass "
+        "it in as an input")
 
 
 def test_a_tensor_attribute_of_the_model_itself_is_named_without_a_prefix():
-    assert report_text(HostCounter().eval(), [(X0,), (X1,)]).splitlines()[1].startswith(
-        "  aten.add_.Tensor in (HostCounter): argument self is host_position, a plain tensor attribute")
+    assert report_text(ReboundCounter().eval(), [(X0,), (X1,)]).splitlines()[2].startswith(
+        "  aten.add.Tensor in (ReboundCounter): argument self is counter, a plain tensor attribute")
 
 
 def test_a_tensor_no_attribute_holds_is_a_tensor_of_its_dtype_and_shape():
