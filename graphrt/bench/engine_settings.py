@@ -1,8 +1,9 @@
 """The settings a user passes to each serving engine, as `--engine-setting ENGINE.NAME=VALUE`.
 
 Names are spelled as each engine spells them (vLLM's and SGLang's server arguments, TensorRT-LLM's
-LLM API fields, dotted inside `cuda_graph_config`); only those that decide its default capture
-list are known here (graphrt.bench.engine_lists reads them). Torch-free: the command line checks
+LLM API fields, dotted inside `cuda_graph_config`; the speculative-decoding fields each engine takes
+in its own JSON or YAML, dotted inside `speculative_config`); only those that decide its default
+capture list are known here (graphrt.bench.engine_lists reads them). Torch-free: the command line checks
 them at once.
 """
 
@@ -42,14 +43,19 @@ class Kind:
 
 
 COUNT, FLAG = Kind("count"), Kind("flag")
+# SGLang 0.5.23's built-in --speculative-algorithm values (sglang/srt/arg_groups/fields/spec.py)
+SGLANG_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 KNOWN: dict[str, dict[str, Kind]] = {
     "vllm": {"max_num_seqs": COUNT, "max_num_batched_tokens": COUNT, "max_model_len": COUNT,
              "performance_mode": Kind("choice", ("balanced", "interactivity", "throughput")),
-             "cudagraph_mode": Kind("choice", ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"))},
+             "cudagraph_mode": Kind("choice", ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")),
+             "speculative_config.num_speculative_tokens": COUNT},
     "sglang": {"max_running_requests": COUNT, "cuda_graph_max_bs_decode": COUNT,
-               "disable_cuda_graph_padding": FLAG, "tp_size": COUNT},
+               "disable_cuda_graph_padding": FLAG, "tp_size": COUNT,
+               "speculative_algorithm": Kind("choice", SGLANG_SPECULATIVE)},
     "tensorrt_llm": {"max_batch_size": COUNT, "max_num_tokens": COUNT,
-                     "cuda_graph_config.max_batch_size": COUNT, "cuda_graph_config.enable_padding": FLAG},
+                     "cuda_graph_config.max_batch_size": COUNT, "cuda_graph_config.enable_padding": FLAG,
+                     "speculative_config.max_draft_len": COUNT},
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,60 @@ def _covers(traffic: Traffic, lists: list[EngineList]) -> list[int]:
                        for listed in lists if listed.padding)]
 
 
+def formed(traffic: Traffic, largest: int | None) -> Traffic:
+    """The decode steps a server that forms no batch above `largest` (vLLM's max_num_seqs) runs
+    the traffic as: a step of b > largest requests as b // largest steps of `largest` and one of
+    the rest, the others waiting in its scheduler meanwhile; None: the traffic as it is."""
+    if largest is None or max(traffic) <= largest:
+        return traffic
+    steps: dict[int, int] = {}
+    for batch, count in traffic.items():
+        full, rest = divmod(batch, largest) if batch > largest else (0, batch)
+        for size, times in ((largest, full * count), (rest, count if rest else 0)):
+            if times:
+                steps[size] = steps.get(size, 0) + times
+    return steps
+
+
+def _baseline(figures: list[measure_sizes.SizeFigures], traffic: Traffic, listed: EngineList) -> plan_report.Row:
+    """A list's row over the steps its server forms of the traffic (see `formed`), its mean
+    step per step of the traffic so that rows compare; its eager share of the server's steps."""
+    served = formed(traffic, listed.full_graphs_up_to)
+    row = plan_report.baseline(plan_report.problem_for(figures, served), listed.name, listed.decode_sizes(),
+                               max(served), listed.padding, len(listed.sizes) - len(listed.decode_sizes()))
+    if served is traffic:
+        return row
+    steps, run = sum(traffic.values()), sum(served.values())
+    plan = replace(row.plan, steps=steps, eager_steps=round(row.plan.eager_steps * steps / run))
+    return replace(row, plan=plan)
+
+
 def _engine_record(listed: EngineList, traffic: Traffic) -> dict[str, Any]:
     """An engine's list as the plan's JSON holds it, with a note where the plan charges some of
-    the traffic's steps as it cannot run them: vLLM's piecewise graphs, which it does not measure."""
+    the traffic's steps as it cannot run them: decode batches the server never forms (above
+    vLLM's max_num_seqs), vLLM's piecewise graphs, which it does not measure, and speculative
+    decoding, whose verify step it does not measure either."""
     record = {"name": listed.name, "sizes": list(listed.sizes), "padding": listed.padding,
-              "full_graphs_up_to": listed.full_graphs_up_to, "assumed": listed.assumed, "note": None}
-    full = listed.decode_sizes()
-    piecewise = [b for b in traffic if max(full, default=0) < b <= listed.sizes[-1]]
+              "full_graphs_up_to": listed.full_graphs_up_to, "assumed": listed.assumed,
+              "decode_sizes": list(listed.decode_sizes()), "speculative": listed.speculative, "note": None}
+    notes = []
+    largest = listed.full_graphs_up_to
+    above = sorted(b for b in traffic if largest is not None and b > largest)
+    if above:
+        runs = sum(sum(formed({b: traffic[b]}, largest).values()) for b in above)
+        notes.append(f"its traffic's batches {above[0]}..{above[-1]} ({sum(traffic[b] for b in above)} steps) are above "
+                     f"max_num_seqs {largest}, a decode batch it never forms: charged as the {runs} steps of at most "
+                     f"{largest} its scheduler runs them as, the mean per traffic step")
+    query = 1 + int(listed.assumed.get("speculative_config.num_speculative_tokens", 0))
+    full = max(listed.decode_sizes(), default=0)
+    piecewise = [b for b in formed(traffic, largest) if full < b and b * query <= listed.sizes[-1]]
     if piecewise and listed.assumed.get("cudagraph_mode") == "FULL_AND_PIECEWISE":
-        record["note"] = (f"its decode batches {min(piecewise)}..{max(piecewise)} replay piecewise graphs "
-                          "(FULL_AND_PIECEWISE), which plan does not measure: charged as eager steps, an upper bound")
+        notes.append(f"its decode batches {min(piecewise)}..{max(piecewise)} replay piecewise graphs "
+                     "(FULL_AND_PIECEWISE), which plan does not measure: charged as eager steps, an upper bound")
+    if listed.speculative:
+        notes.append("under speculative decoding a decode step verifies draft tokens too; plan measures one-token "
+                     "steps: this row's figures are for its batch sizes, not for that verify step")
+    record["note"] = "; ".join(notes) or None
     return record
 
 
@@ -135,8 +180,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
                     if options[name] is not None)
     chosen, frontier = choose(problem, budget, said or None)
     rows = [plan_report.Row("chosen", chosen),
-            *(plan_report.baseline(problem, listed.name, listed.decode_sizes(), max(traffic), listed.padding,
-                                   len(listed.sizes) - len(listed.decode_sizes())) for listed in lists),
+            *(_baseline(figures, traffic, listed) for listed in lists),
             plan_report.Row("all eager", evaluate(problem, ()))]
     doc: dict[str, Any] = {
         "format": FORMAT, "model": config.name, "device": device.type, "dtype": dtype_name,

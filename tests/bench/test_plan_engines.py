@@ -13,6 +13,7 @@ from graphrt.backends.choices import parse_buckets
 from graphrt.bench import engines
 from graphrt.bench.engine_lists import ServedOn, engine_lists, sglang_list, trtllm_lists, vllm_list
 from graphrt.bench.engine_settings import parse_settings
+from graphrt.bench.plan import _engine_record, formed
 from graphrt.errors import GraphrtError
 
 GIB = 1 << 30
@@ -87,18 +88,75 @@ def test_vllm_defaults_are_doubled_in_throughput_mode_and_bounded_by_each_other_
     assert (tight["max_num_batched_tokens"], tight["max_num_seqs"]) == (256 * 4, 256)
 
 
-def test_decode_batches_vllm_would_run_in_piecewise_graphs_are_named_as_charged_eager_not_hidden():
-    from graphrt.bench.plan import _engine_record
+def test_vllm_refuses_max_num_batched_tokens_below_max_num_seqs_naming_both():
+    with pytest.raises(GraphrtError) as refused:
+        vllm_list({"max_num_seqs": 256, "max_num_batched_tokens": 100}, H100, 32768)
+    assert str(refused.value) == (
+        "--engine-setting: vLLM refuses max_num_batched_tokens 100 below max_num_seqs 256 (max_num_batched_tokens "
+        "given, max_num_seqs given); expected vllm.max_num_batched_tokens of at least 256")
+    with pytest.raises(GraphrtError, match=r"max_num_batched_tokens 8192 below max_num_seqs 9000 \("
+                                           r"max_num_batched_tokens by default, max_num_seqs given\)"):
+        vllm_list({"max_num_seqs": 9000}, H100, 32768)
+    assert vllm_list({"max_num_seqs": 256, "max_num_batched_tokens": 256}, H100, 32768).sizes[-1] == 256  # equal: served
 
+
+def test_vllm_speculative_decoding_scales_the_cap_by_1_plus_k_and_adds_sizes_in_multiples_of_it():
+    plain, drafted = engines.vllm_sizes(4, 8192), engines.vllm_sizes(4, 8192, query_len=3)
+    assert plain == (1, 2, 4, 8)  # largest 2 * 4
+    # largest 2 * 4 * 3 = 24; the grid to 24, and 3 times the request counts 1, 2, 4
+    assert drafted == (1, 2, 3, 4, 6, 8, 12, 16, 24)
+    big = engines.vllm_sizes(256, 8192, query_len=4)  # the cap: min(2 * 256 * 4, 512)
+    assert big[-1] == 512 and {4 * n for n in (1, 2, 4, 8, 16, 24, 64, 120, 128)} <= set(big)
+    assert 4 * 136 not in big  # above the cap: left to eager
+    assert engines.vllm_sizes(4, 10, query_len=3)[-3:] == (6, 8, 10)  # cut at max_num_batched_tokens
+
+
+def test_vllm_decode_batches_replay_full_graphs_at_sizes_rounded_up_to_multiples_of_1_plus_k():
+    sizes = engines.vllm_sizes(4, 8192, query_len=3)  # 1, 2, 3, 4, 6, 8, 12, 16, 24
+    # each size rounded up to a multiple of 3, in requests, at most max_num_seqs 4
+    assert engines.vllm_decode_requests(sizes, 4, 3) == (1, 2, 3, 4)
+    assert engines.vllm_decode_requests((1, 2, 4, 8, 16, 24), 12) == (1, 2, 4, 8)  # one token a request
+    listed = vllm_list({"max_num_seqs": 4, "speculative_config.num_speculative_tokens": 2}, H100, 32768)
+    assert listed.sizes == sizes and listed.decode_sizes() == (1, 2, 3, 4) and listed.speculative
+    assert listed.assumed["speculative_config.num_speculative_tokens"] == 2
+    assert "verifies draft tokens too" in _engine_record(listed, {3: 1})["note"]
+
+
+def test_decode_batches_vllm_would_run_in_piecewise_graphs_are_named_as_charged_eager_not_hidden():
     listed = vllm_list({"max_num_seqs": 12}, H100, 32768)  # 1, 2, 4, 8, 16, 24: full graphs to 8
     assert listed.sizes == (1, 2, 4, 8, 16, 24) and listed.decode_sizes() == (1, 2, 4, 8)
-    traffic = {3: 5, 10: 3, 20: 1, 30: 1}  # 10 and 20 pad to 16 and 24 (piecewise); 30 runs eagerly
+    traffic = {3: 5, 10: 3}  # 10 pads to 16, a size above max_num_seqs: piecewise
     assert _engine_record(listed, traffic)["note"] == (
-        "its decode batches 10..20 replay piecewise graphs (FULL_AND_PIECEWISE), which plan does not measure: "
+        "its decode batches 10..10 replay piecewise graphs (FULL_AND_PIECEWISE), which plan does not measure: "
         "charged as eager steps, an upper bound")
     eager_above = vllm_list({"max_num_seqs": 12, "cudagraph_mode": "FULL_DECODE_ONLY"}, H100, 32768)
     assert _engine_record(eager_above, traffic)["note"] is None  # they do run eagerly there
-    assert _engine_record(listed, {3: 5, 30: 1})["note"] is None
+    assert _engine_record(listed, {3: 5, 8: 1})["note"] is None
+
+
+def test_vllm_forms_no_decode_batch_above_max_num_seqs_so_none_is_charged_or_called_piecewise_there():
+    listed = vllm_list({"max_num_seqs": 12, "cudagraph_mode": "FULL_DECODE_ONLY"}, H100, 32768)
+    # a step of 30 requests runs as 12 + 12 + 6, one of 20 as 12 + 8
+    assert formed({3: 5, 20: 1, 30: 2}, listed.full_graphs_up_to) == {3: 5, 12: 5, 8: 1, 6: 2}
+    assert formed({3: 5, 12: 1}, 12) == {3: 5, 12: 1} and formed({40: 1}, None) == {40: 1}
+    note = _engine_record(listed, {3: 5, 20: 1, 30: 2})["note"]
+    assert note == ("its traffic's batches 20..30 (3 steps) are above max_num_seqs 12, a decode batch it never forms: "
+                    "charged as the 8 steps of at most 12 its scheduler runs them as, the mean per traffic step")
+    assert "piecewise" not in note
+
+
+def test_a_vllm_row_charges_each_traffic_step_the_steps_its_scheduler_splits_it_into():
+    from graphrt.bench.measure_sizes import SizeFigures
+    from graphrt.bench.plan import _baseline
+
+    # every step costs 1 ms eager and 0.5 ms as a graph, whatever its batch. Under max_num_seqs 12
+    # (full graphs 1, 2, 4, 8) a step of 30 requests runs as 12 (eager: it pads to 16, above
+    # max_num_seqs), 12 (eager) and 6 (the graph of 8): 2.5 ms; a step of 2, 0.5 ms
+    figures = [SizeFigures(b, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0, 0.0, 0, 0.0, True) for b in range(1, 31)]
+    listed = vllm_list({"max_num_seqs": 12, "cudagraph_mode": "FULL_DECODE_ONLY"}, H100, 32768)
+    row = _baseline(figures, {30: 1, 2: 1}, listed)
+    assert row.plan.steps == 2 and row.plan.mean_ms == pytest.approx((2.5 + 0.5) / 2)
+    assert row.plan.eager_steps / row.plan.steps == 2 / 4  # two of the four steps the server runs
 
 
 # -- SGLang 0.5.23 ------------------------------------------------------------------------------
@@ -121,13 +179,36 @@ def test_sglang_captures_1_2_4_8_12_then_steps_of_8_16_and_32_cut_at_max_bs_and_
     assert engines.sglang_sizes(5, padding=False) == (1, 2, 3, 4, 5)  # padding disabled: every size
 
 
-def test_sglang_on_80_gb_ends_at_256_and_max_running_requests_cuts_only_a_default_max_batch():
+def test_sglang_on_80_gb_ends_at_256_and_max_running_requests_cuts_a_default_max_batch():
     assert sglang_list({}, H100).sizes[-1] == 256
     assert sglang_list({"max_running_requests": 64}, H100).sizes[-1] == 64
     assert sglang_list({"max_running_requests": 300}, H100).sizes[-1] == 256  # not raised
-    assert sglang_list({"cuda_graph_max_bs_decode": 100, "max_running_requests": 64}, H100).sizes[-1] == 100
     assert sglang_list({"tp_size": 4}, H100).sizes[-1] == 512
     assert sglang_list({"disable_cuda_graph_padding": True}, L40).sizes == tuple(range(1, 33))
+
+
+def test_sglang_always_clamps_its_list_to_the_request_pool_of_max_running_requests():
+    # the case: 512 asked for, a pool of 100: the sizes below 100, and 100 itself
+    listed = sglang_list({"cuda_graph_max_bs_decode": 512, "max_running_requests": 100}, H100)
+    assert listed.sizes == (1, 2, 4, 8, 12, *range(16, 97, 8), 100) and len(listed.sizes) == 17
+    assert sglang_list({"cuda_graph_max_bs_decode": 100, "max_running_requests": 64}, H100).sizes[-2:] == (56, 64)
+    assert engines.sglang_pool_clamp((1, 2, 4, 8), 8) == (1, 2, 4, 8)  # a pool that holds the list: as it is
+    assert engines.sglang_pool_clamp((1, 2, 4, 8), 3) == (1, 2, 3)
+    assert listed.assumed["max_running_requests"] == 100
+
+
+def test_sglang_speculative_decoding_captures_its_own_list_in_a_pool_of_48_unless_given():
+    assert engines.sglang_sizes(100, speculative=True) == (
+        *range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 97, 8), 100)
+    assert engines.sglang_sizes(300, speculative=True)[-3:] == (272, 288, 300)
+    assert engines.sglang_sizes(5, padding=False, speculative=True) == (1, 2, 3, 4, 5)  # padding off comes first
+    eagle = sglang_list({"speculative_algorithm": "EAGLE"}, H100)  # 256 by the tier, then the pool of 48
+    assert eagle.sizes == (*range(1, 9), *range(10, 33, 2), 40, 44, 48) and eagle.speculative
+    assert eagle.assumed["max_running_requests"] == 48
+    given = sglang_list({"speculative_algorithm": "NGRAM", "max_running_requests": 200}, H100)
+    assert given.sizes[-3:] == (184, 192, 200)
+    uno = sglang_list({"speculative_algorithm": "UNO"}, H100)  # UNO leaves the pool to the KV cache
+    assert uno.sizes[-1] == 256 and "max_running_requests" not in uno.assumed
 
 
 # -- TensorRT-LLM -------------------------------------------------------------------------------
@@ -167,6 +248,44 @@ def test_tensorrt_llm_lists_one_row_where_its_versions_agree_and_two_where_paddi
     assert cut[0].sizes[-2:] == (48, 50) and cut[0].assumed["max_batch_size"] == 50
 
 
+def test_tensorrt_llm_executor_limits_left_unset_are_trtllm_serves_defaults_not_unbounded():
+    (default,) = trtllm_lists({"cuda_graph_config.max_batch_size": 4096})
+    assert default.assumed["max_batch_size"] == 2048 and default.assumed["max_num_tokens"] == 8192
+    assert default.sizes[-1] == 2048 and 4096 not in default.sizes  # the executor's 2048 cuts the list
+    padded = trtllm_lists({"cuda_graph_config.max_batch_size": 4096, "cuda_graph_config.enable_padding": True})
+    assert padded[0].sizes[-1] == 2048  # 4096 replaced by the batch padded to
+
+
+def test_tensorrt_llm_speculative_decoding_divides_the_tokens_by_one_plus_the_drafts():
+    assert engines.trtllm_executor_cut(engines.trtllm_sizes(128), 2048, 90, False, max_draft_len=2) == tuple(range(1, 31))
+    (drafted,) = trtllm_lists({"max_num_tokens": 90, "speculative_config.max_draft_len": 2})
+    assert drafted.sizes[-1] == 90 // 3 and drafted.speculative
+    (plain,) = trtllm_lists({"max_num_tokens": 90})
+    assert plain.sizes[-1] == 64  # 90 one-token requests: the list up to 64
+    with pytest.raises(GraphrtError, match=r"^--engine-setting: TensorRT-LLM's max_num_tokens 2 holds no decode "
+                                           r"request of 1 \+ max_draft_len 3 tokens; expected "
+                                           r"tensorrt_llm.max_num_tokens of at least 4$"):
+        trtllm_lists({"max_num_tokens": 2, "speculative_config.max_draft_len": 3})
+
+
+def test_a_speculative_setting_is_read_by_each_engine_under_its_own_name():
+    # where the limits bind: vLLM's cap of 2 * 100 rises to 512; TensorRT-LLM's 256 tokens hold 64 requests
+    limits = ["vllm.max_num_seqs=100", "tensorrt_llm.max_num_tokens=256"]
+    settings = parse_settings(["vllm.speculative_config.num_speculative_tokens=3", "sglang.speculative_algorithm=EAGLE3",
+                               "tensorrt_llm.speculative_config.max_draft_len=3", *limits])
+    lists = engine_lists(settings, H100, 32768)
+    assert all(listed.speculative for listed in lists)
+    plain = engine_lists(parse_settings(limits), H100, 32768)
+    assert all(a.sizes != b.sizes for a, b in zip(lists, plain))  # each list changes
+    assert engine_lists(parse_settings(["tensorrt_llm.speculative_config.max_draft_len=3"]), H100, 32768)[-1].sizes == \
+        engines.trtllm_sizes()  # unset, 8192 // 4 holds all of 128
+    # at vLLM's defaults on an H100 (1024 sequences) every multiple of 4 requests is on the grid already
+    assert engine_lists(parse_settings(["vllm.speculative_config.num_speculative_tokens=3"]), H100, 32768)[0].sizes == \
+        engines.vllm_sizes(1024, 8192)
+    with pytest.raises(GraphrtError, match="expected one of EAGLE, EAGLE3, NEXTN"):
+        parse_settings(["sglang.speculative_algorithm=eagle"])
+
+
 @pytest.mark.parametrize("device", [H100, L40, B200])
 def test_every_resolved_list_is_strictly_increasing_and_positive(device):
     for listed in engine_lists(parse_settings([]), device, max_model_len=32768):
@@ -190,7 +309,7 @@ def test_settings_are_read_by_engine_and_name_as_each_engine_spells_them():
                                 "sglang, tensorrt_llm"),
     ("vllm.max_num_seq=8", "--engine-setting vllm.max_num_seq=8: vLLM has no setting 'max_num_seq' that decides its "
                            "capture list; expected one of max_num_seqs, max_num_batched_tokens, max_model_len, "
-                           "performance_mode, cudagraph_mode"),
+                           "performance_mode, cudagraph_mode, speculative_config.num_speculative_tokens"),
     ("vllm.max_num_seqs=0", "--engine-setting vllm.max_num_seqs=0: expected a positive integer"),
     ("sglang.disable_cuda_graph_padding=yes", "--engine-setting sglang.disable_cuda_graph_padding=yes: expected true or false"),
     ("vllm.cudagraph_mode=PIECEWISE", "--engine-setting vllm.cudagraph_mode=PIECEWISE: expected one of "
