@@ -205,11 +205,21 @@ class Sweep:
     def _count(self, point: Point, model: Qwen2ForCausalLM, runs: dict[str, Generation]) -> dict[str, Any]:
         """What one step of each mode launches at `point`, on backends made and prepared again
         (their step is the one timed: its work depends on shapes only), counted after every
-        point was timed. The lint ran when the point was timed."""
+        point was timed. The lint ran when the point was timed.
+
+        HF's step reads a StaticCache of its own that only its prefill makes: the peer is
+        prefilled with the point's prompt first, as when it was timed."""
         backends = self._backends(point, model, lint=False)
         for b in backends:
             b.prepare(point.batch)
+            if b.name == peer.NAME:
+                with torch.inference_mode():
+                    b.prefill(self._prompt(point, model).to(model.lm_head.weight.device))
         return count_launches([(b, runs[b.name]) for b in backends], point.context)
+
+    def _prompt(self, point: Point, model: Qwen2ForCausalLM) -> torch.Tensor:
+        """The prompt every mode at `point` decodes from (token ids [B, prompt_len], CPU)."""
+        return random_prompt(point.batch, self.scenario.prompt_len, model.config.vocab_size, self.scenario.seed)
 
     def _measure(self, point: Point, model: Qwen2ForCausalLM, limits: Ceilings,
                  after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None,
@@ -230,7 +240,7 @@ class Sweep:
             if cuda:
                 peaks[b.name] = torch.cuda.max_memory_allocated()
 
-        prompt = random_prompt(point.batch, s.prompt_len, model.config.vocab_size, s.seed)
+        prompt = self._prompt(point, model)
         runs: dict[str, list[Generation]] = {b.name: [] for b in backends}
         for r in range(s.repeats):
             for b in backends:
