@@ -61,6 +61,18 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def release_memory(device: torch.device, compiled: bool) -> None:
+    """Give back what the last point held, before the next point's memory is read: Dynamo's
+    compiled steps first (a reduce-overhead step's CUDA graph trees keep their memory pool
+    reserved), then the garbage they and the last point's graphs and caches leave, then, on
+    CUDA, the allocator's cached blocks, which by then include all of those."""
+    if compiled:
+        torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Sweep:
     """A scenario resolved for this machine: its points, its modes (the peer among them where
     it can run), and how many measurements that makes, before anything is built."""
@@ -191,11 +203,7 @@ class Sweep:
 
     def _backends(self, point: Point, model: Qwen2ForCausalLM, lint: bool = True) -> list[Backend]:
         """A point's backends, fresh, on a cache sized afresh for them."""
-        gc.collect()  # the last point's graphs and caches, before this point's memory is read
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        if "compile" in self.scenario.modes:
-            torch._dynamo.reset()
+        release_memory(self.device, compiled="compile" in self.scenario.modes)
         backends: list[Backend] = [make_backend(m, model, lint=lint) for m in self.scenario.modes]
         if peer.NAME in self._modes(point):  # made per point like the others: its cache goes with them
             backends.append(peer.PeerBackend(model))
