@@ -103,6 +103,7 @@ def test_a_reduce_overhead_compile_that_skips_its_cuda_graphs_is_noted_and_one_t
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.inductor
 @pytest.mark.compiles
 def test_a_reduce_overhead_compile_on_cuda_that_skips_its_graphs_says_inductors_reason():
