@@ -46,7 +46,7 @@ MAX_FILE=$((16 << 20))
 declare -A limit
 PLAN=(info run-b1 run-qwen3-b1 compile-b1 cuda-tests probe trace-eager trace-graph analyze
       localize tp1 plan sweep)
-limit[info]=10          # import torch, CUDA init, device facts: ~5 s cold
+limit[info]=10          # no torch: versions from their files, the GPU from the driver (~1 s)
 limit[run-b1]=35        # qwen2-0.5b bf16: random weights on the GPU (~3 s), 64 eager steps,
                         # 25 piecewise graphs + 1 full graph captured, lint, HF's step counted:
                         # the first GPU figures, eager against graph (~20 s)

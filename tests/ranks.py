@@ -202,3 +202,13 @@ def threads_started_and_left() -> list[str]:
 
 def _thread_names() -> list[str]:
     return [task.read_text().strip() for task in Path("/proc/self/task").glob("*/comm")]
+
+
+def capture_error_mode_in_a_group() -> str:
+    """The capture error mode a rank's captures run under while its group is live."""
+    from graphrt.graphs.cuda import capture_error_mode
+
+    ranks_.join("cpu")
+    mode = capture_error_mode()
+    ranks_.leave()
+    return mode

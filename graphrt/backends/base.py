@@ -25,6 +25,9 @@ class PrepareReport:
     lint_seconds: float | None = None  # the graph backend's lint of the step, before capture
     # per captured batch bucket, the seconds its capture took (warmup included)
     capture_seconds: dict[int, float] = field(default_factory=dict)
+    # the process's one-off capture set-up on CUDA (graphrt.graphs.cuda.set_up_capture), paid by
+    # its first graph backend and in `seconds`, in no bucket's; None where it was not paid here
+    capture_setup_seconds: float | None = None
 
 
 class Backend(ABC):

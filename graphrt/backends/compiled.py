@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,9 +31,59 @@ def _check_toolchain(device: torch.device) -> None:
                            "install it or leave compile out")
 
 
+# Inductor logs each reason for skipping CUDA graphs here (torch._inductor.cudagraph_utils,
+# `log_cudagraph_skip_and_bump_counter`), on CUDA only, and counts every skip, on any device, in
+# torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
+SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+
+
+@dataclass
+class CudagraphSkips:
+    """The times torch.compile chose not to wrap compiled code in CUDA graphs, and why where
+    Inductor said."""
+
+    count: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def note(self) -> str | None:
+        """The line a run prints where any were skipped; None where none was."""
+        if self.count == 0:
+            return None
+        why = "; ".join(dict.fromkeys(self.reasons)) or "Inductor gave no reason"
+        return (f"torch.compile skipped its CUDA graphs {self.count} time(s) ({why}): these steps ran "
+                "Inductor's kernels without graph replay")
+
+
+class _Reasons(logging.Handler):
+    def __init__(self, skips: CudagraphSkips):
+        super().__init__(logging.WARNING)
+        self.skips = skips
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.skips.reasons.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def watch_cudagraph_skips() -> Iterator[CudagraphSkips]:
+    """The CUDA-graph skips of whatever torch.compile does inside; filled in when it exits."""
+    from torch._dynamo.utils import counters
+
+    skips = CudagraphSkips()
+    logger, handler = logging.getLogger(SKIP_LOGGER), _Reasons(skips)
+    before = counters["inductor"]["cudagraph_skips"]
+    logger.addHandler(handler)
+    try:
+        yield skips
+    finally:
+        logger.removeHandler(handler)
+        skips.count = counters["inductor"]["cudagraph_skips"] - before
+
+
 class CompileBackend(Backend):
     """`torch.compile(fullgraph=True)`: Inductor kernels, wrapped in CUDA graphs on CUDA
-    (`mode="reduce-overhead"`); Inductor's default mode on the CPU."""
+    (`mode="reduce-overhead"`); Inductor's default mode on the CPU. Where reduce-overhead skips
+    its graphs (a mutated input, a CPU tensor in the step, ...), it says so only in a log: the
+    prepare report's notes say it instead."""
 
     name = "compile"
     countable_on_cpu = False
@@ -46,7 +100,7 @@ class CompileBackend(Backend):
         """Compile (and on CUDA record the graphs) for `max_batch` with throwaway inputs; the
         cache slots they write are overwritten by the next prefill."""
         start = time.perf_counter()
-        with torch.inference_mode(), nvtx_range(f"compile[bs={max_batch}]"):
+        with torch.inference_mode(), nvtx_range(f"compile[bs={max_batch}]"), watch_cudagraph_skips() as skips:
             # Made inside inference mode, like the decode loop's inputs: Dynamo guards on the
             # dispatch keys of its inputs, and an ordinary tensor here would compile a graph
             # that the first real step cannot use (a recompile there, inside the timed loop).
@@ -57,7 +111,8 @@ class CompileBackend(Backend):
                 self.compiled(tokens, positions)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-        return PrepareReport(seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return PrepareReport(seconds=seconds, notes=[note] if (note := skips.note()) else [])
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         with nvtx_range("decode_step[compile]"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from graphrt.backends.base import Backend
+from graphrt.errors import GraphrtError
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2ForCausalLM
 
@@ -74,5 +75,7 @@ class PeerBackend(Backend):
 
     def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """`positions` is not used: the StaticCache knows where the next token goes."""
+        if self.cache is None:  # HF would make a one-token dynamic cache: another step than the one timed
+            raise GraphrtError("the HF peer steps only after a prefill has made its StaticCache")
         with nvtx_range("decode_step[hf]"):
             return self._logits(tokens)[:, -1]

@@ -61,6 +61,18 @@ def _tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def release_memory(device: torch.device, compiled: bool) -> None:
+    """Give back what the last point held, before the next point's memory is read: Dynamo's
+    compiled steps first (a reduce-overhead step's CUDA graph trees keep their memory pool
+    reserved), then the garbage they and the last point's graphs and caches leave, then, on
+    CUDA, the allocator's cached blocks, which by then include all of those."""
+    if compiled:
+        torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Sweep:
     """A scenario resolved for this machine: its points, its modes (the peer among them where
     it can run), and how many measurements that makes, before anything is built."""
@@ -191,11 +203,7 @@ class Sweep:
 
     def _backends(self, point: Point, model: Qwen2ForCausalLM, lint: bool = True) -> list[Backend]:
         """A point's backends, fresh, on a cache sized afresh for them."""
-        gc.collect()  # the last point's graphs and caches, before this point's memory is read
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        if "compile" in self.scenario.modes:
-            torch._dynamo.reset()
+        release_memory(self.device, compiled="compile" in self.scenario.modes)
         backends: list[Backend] = [make_backend(m, model, lint=lint) for m in self.scenario.modes]
         if peer.NAME in self._modes(point):  # made per point like the others: its cache goes with them
             backends.append(peer.PeerBackend(model))
@@ -205,11 +213,21 @@ class Sweep:
     def _count(self, point: Point, model: Qwen2ForCausalLM, runs: dict[str, Generation]) -> dict[str, Any]:
         """What one step of each mode launches at `point`, on backends made and prepared again
         (their step is the one timed: its work depends on shapes only), counted after every
-        point was timed. The lint ran when the point was timed."""
+        point was timed. The lint ran when the point was timed.
+
+        HF's step reads a StaticCache of its own that only its prefill makes: the peer is
+        prefilled with the point's prompt first, as when it was timed."""
         backends = self._backends(point, model, lint=False)
         for b in backends:
             b.prepare(point.batch)
+            if b.name == peer.NAME:
+                with torch.inference_mode():
+                    b.prefill(self._prompt(point, model).to(model.lm_head.weight.device))
         return count_launches([(b, runs[b.name]) for b in backends], point.context)
+
+    def _prompt(self, point: Point, model: Qwen2ForCausalLM) -> torch.Tensor:
+        """The prompt every mode at `point` decodes from (token ids [B, prompt_len], CPU)."""
+        return random_prompt(point.batch, self.scenario.prompt_len, model.config.vocab_size, self.scenario.seed)
 
     def _measure(self, point: Point, model: Qwen2ForCausalLM, limits: Ceilings,
                  after_load: dict[str, int] | None, on_measure: Callable[[str], None] | None,
@@ -230,7 +248,7 @@ class Sweep:
             if cuda:
                 peaks[b.name] = torch.cuda.max_memory_allocated()
 
-        prompt = random_prompt(point.batch, s.prompt_len, model.config.vocab_size, s.seed)
+        prompt = self._prompt(point, model)
         runs: dict[str, list[Generation]] = {b.name: [] for b in backends}
         for r in range(s.repeats):
             for b in backends:

@@ -25,7 +25,7 @@ it captures `fn` from several input states and compares the captures op by op (l
 """
 
 from graphrt.graphs.capture import capture
-from graphrt.graphs.cuda import CudaGraph
+from graphrt.graphs.cuda import CudaGraph, set_up_capture
 from graphrt.graphs.guard import GraphCaptureError
 from graphrt.graphs.lint import Finding, LintReport, lint_step
 from graphrt.graphs.pool import Graph, GraphPool, graph_kind, new_pool
@@ -39,6 +39,7 @@ __all__ = [
     "TapeGraph",
     "graph_kind",
     "new_pool",
+    "set_up_capture",
     "capture",
     "lint_step",
     "LintReport",

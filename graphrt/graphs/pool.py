@@ -3,6 +3,7 @@ graph a device gets."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -35,17 +36,25 @@ class GraphPool:
     """Memory (and, on CUDA, a stream) shared by the graphs captured into it.
 
     On CUDA, `handle` is a `torch.cuda.graph_pool_handle()`: captures into one pool reuse each
-    other's memory (safe as long as they are replayed one at a time), and `stream` is the one
-    side stream every capture into the pool warms up and captures on. One stream matters: cuBLAS
-    keeps a workspace per (handle, stream), so a fresh stream per capture would strand one
-    workspace (32 MiB on Hopper) per bucket and charge it to the graph. A tape keeps its own
-    tensors, so for `kind == "tape"` the pool is only a token and `handle`, `stream` are None.
+    other's memory (safe as long as they are replayed one at a time), and `stream` is the side
+    stream every capture warms up and captures on: the device's one (`side_stream`), shared by
+    every pool. One stream matters: cuBLAS keeps a workspace per (handle, stream), so a fresh
+    stream per capture, or per pool, would strand one workspace (32 MiB on Hopper) per bucket, or
+    per pool of a grid that captures each size alone, and charge it to the graph. A tape keeps its
+    own tensors, so for `kind == "tape"` the pool is only a token and `handle`, `stream` are None.
     """
 
     device: torch.device
     kind: Kind
     handle: Any = None
     stream: Any = None  # torch.cuda.Stream
+
+
+@functools.cache
+def side_stream(device: torch.device) -> Any:  # pragma: no mutate block (CUDA only)
+    """The one side stream of CUDA `device` (a `torch.cuda.Stream`) that every capture in this
+    process warms up and captures on, whatever its pool."""
+    return torch.cuda.Stream(device)
 
 
 def device_bytes_taken(free_before: int, free_after: int) -> int | None:
@@ -85,5 +94,5 @@ def new_pool(device: torch.device | str, kind: Literal["auto", "cuda", "tape"] =
     resolved = graph_kind(device, kind)
     if resolved != "cuda":  # pragma: no mutate (CUDA only)
         return GraphPool(device=device, kind=resolved)
-    handle, stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)  # pragma: no mutate (CUDA only)
+    handle, stream = torch.cuda.graph_pool_handle(), side_stream(device)  # pragma: no mutate (CUDA only)
     return GraphPool(device=device, kind=resolved, handle=handle, stream=stream)  # pragma: no mutate (CUDA only)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import platform
@@ -30,6 +31,40 @@ def torch_build() -> TorchBuild:
         raise GraphrtError("torch is not installed: pip install torch")
     constants = runpy.run_path(str(Path(spec.submodule_search_locations[0]) / "version.py"))
     return TorchBuild(constants["__version__"], constants["cuda"])
+
+
+@dataclass(frozen=True)
+class CudaDriver:
+    version: tuple[int, int]  # the CUDA version the driver supports, e.g. (13, 0)
+    devices: tuple[str, ...]  # the names of the devices it shows this process (CUDA_VISIBLE_DEVICES)
+
+
+def cuda_driver(library: str = "libcuda.so.1") -> CudaDriver | None:
+    """The CUDA driver and its devices, asked of the driver's own library (tens of MB, where
+    importing a CUDA torch maps gigabytes); None where there is no driver or it fails to start."""
+    try:
+        cuda = ctypes.CDLL(library)
+    except OSError:
+        return None
+    number, count = ctypes.c_int(), ctypes.c_int()
+    if cuda.cuInit(0) or cuda.cuDriverGetVersion(ctypes.byref(number)) or \
+            cuda.cuDeviceGetCount(ctypes.byref(count)):  # pragma: no mutate (a GPU machine's driver)
+        return None
+    names = []
+    for ordinal in range(count.value):  # pragma: no mutate block (a GPU machine's driver)
+        device, name = ctypes.c_int(), ctypes.create_string_buffer(256)
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) or cuda.cuDeviceGetName(name, len(name), device):
+            return None
+        names.append(name.value.decode(errors="replace"))
+    return CudaDriver((number.value // 1000, number.value % 1000 // 10), tuple(names))
+
+
+def cuda_usable(build: TorchBuild, driver: CudaDriver | None) -> bool:
+    """Whether torch would see a GPU: a CUDA build, a device, and a driver of at least the
+    build's major CUDA version (a newer minor runs on an older driver of the same major)."""
+    if build.cuda is None or driver is None or not driver.devices:
+        return False
+    return driver.version[0] >= int(build.cuda.split(".")[0])
 
 
 def cpu_name() -> str:

@@ -181,6 +181,7 @@ def to_dict(result: RunResult) -> dict[str, Any]:
             "counted_in_profiler_session": gen.launches and gen.launches.profiler_session,
             "prepare_s": gen.prepare.seconds,
             "lint_s": gen.prepare.lint_seconds,
+            "capture_setup_s": gen.prepare.capture_setup_seconds,
             "graph_memory_bytes": gen.prepare.memory_bytes,
             "graph_memory_per_bucket": {str(bs): m for bs, m in gen.prepare.buckets.items()},
             "generated_ids": gen.tokens.tolist(),

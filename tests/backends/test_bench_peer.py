@@ -5,6 +5,7 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.peer import PeerBackend, unavailable
+from graphrt.errors import GraphrtError
 from graphrt.model.weights import build_model
 from graphrt.run.decode import count_launches, decode, random_prompt
 
@@ -34,3 +35,45 @@ def test_peer_generates_eagers_tokens_on_shared_weights(tiny_config):
     # its step counts like ours: more aten ops than graphrt's step (HF's cache update, mask)
     counted = count_launches([(peer, ours), (EagerBackend(model), eager)], 6)
     assert counted[peer.name].ops > counted["eager"].ops
+
+
+PEER_SWEEP = """
+models = ["tiny"]
+modes = ["eager"]
+batch_sizes = [2]
+context_lengths = [16]
+steps = 3
+warmup = 1
+repeats = 1
+peer = true
+threads = 1
+"""
+
+
+def test_bench_counts_the_peers_timed_step_a_static_cache_step_after_the_prompt(tmp_path):
+    from graphrt.bench.scenario import load_scenario
+    from graphrt.bench.sweep import Sweep
+    from graphrt.model.config import PRESETS
+
+    path = tmp_path / "peer.toml"
+    path.write_text(PEER_SWEEP)
+    scenario = load_scenario(path)
+    counted_by_bench = Sweep(scenario).run()["points"][0]["modes"]["hf"]["ops_per_step"]
+
+    # the step bench timed: HF's step on the StaticCache its prefill of the prompt made
+    model = build_model(PRESETS["tiny"], torch.device("cpu"), torch.float32)
+    model.setup_cache(2, scenario.max_seq_len(scenario.points()[0]))
+    timed = PeerBackend(model)
+    prompt = random_prompt(2, scenario.prompt_len, model.config.vocab_size, scenario.seed)
+    generation = decode(timed, prompt, steps=2, warmup=0, keep_logits=False)
+    with torch.inference_mode():
+        timed.prefill(prompt)
+    assert counted_by_bench == count_launches([(timed, generation)], scenario.prompt_len)["hf"].ops
+
+
+def test_the_peer_refuses_a_step_before_a_prefill_made_its_static_cache(tiny_config):
+    # without its StaticCache, HF would step a one-token dynamic cache: another step than the one timed
+    model = build_model(tiny_config, torch.device("cpu"), torch.float32)
+    model.setup_cache(1, 16)
+    with pytest.raises(GraphrtError, match="prefill"):
+        PeerBackend(model).step(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))

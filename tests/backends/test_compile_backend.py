@@ -83,3 +83,36 @@ def test_a_whole_compile_run_timing_and_counting_compiles_the_step_once():
     assert not torch._dynamo.utils.counters["recompiles"]
     assert len(result.generations["compile"].step_ms) == 6 - result.spec.warmup
     torch._dynamo.reset()
+
+
+@pytest.mark.inductor
+@pytest.mark.compiles
+def test_a_reduce_overhead_compile_that_skips_its_cuda_graphs_is_noted_and_one_that_keeps_them_is_not():
+    from graphrt.backends.compiled import watch_cudagraph_skips
+
+    torch._dynamo.reset()
+    with watch_cudagraph_skips() as kept:
+        torch.compile(lambda x: x * 2 + 1)(torch.ones(4))  # the default mode wraps nothing in graphs
+    # on a CPU tensor reduce-overhead cannot wrap Inductor's code in a CUDA graph: a skip, counted
+    with watch_cudagraph_skips() as skipped:
+        torch.compile(lambda x: x * 3 - 1, mode="reduce-overhead")(torch.ones(4))
+    torch._dynamo.reset()
+    assert kept.count == 0 and kept.note() is None
+    assert skipped.count >= 1
+    assert "torch.compile skipped its CUDA graphs" in skipped.note()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.inductor
+@pytest.mark.compiles
+def test_a_reduce_overhead_compile_on_cuda_that_skips_its_graphs_says_inductors_reason():
+    from graphrt.backends.compiled import watch_cudagraph_skips
+
+    torch._dynamo.reset()
+    with watch_cudagraph_skips() as skipped:  # a CPU tensor beside a CUDA one: one graph cannot hold both
+        torch.compile(lambda x, y: x * 2 + y.sum().to(x.device), mode="reduce-overhead")(
+            torch.ones(4, device="cuda"), torch.ones(4))
+    torch._dynamo.reset()
+    assert skipped.count >= 1
+    assert "skipping cudagraphs due to" in skipped.note()

@@ -1,6 +1,6 @@
 """Every command starts at once: `graphrt --help` lists the commands without importing them, each
-command's --help, `graphrt info` on a CPU-only torch and `graphrt analyze` import no torch (a
-second of start-up) and no matplotlib."""
+command's --help, `graphrt info` (without --measure, on any torch) and `graphrt analyze` import no
+torch (a second of start-up; gigabytes of libraries on a CUDA build) and no matplotlib."""
 
 from __future__ import annotations
 
@@ -45,15 +45,25 @@ def test_each_commands_help_in_a_fresh_interpreter_imports_neither_torch_nor_mat
     assert "--help" in done.stdout and "Usage: " in done.stdout
 
 
-@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build asks torch whether a GPU is there")
-def test_graphrt_info_on_a_cpu_only_torch_says_what_torch_would_without_importing_it():
+def _info_says_what_torch_would_without_importing_it(device: torch.device) -> None:
     done, imported = _fresh(["info"])
-    assert imported == set()
+    assert imported == set()  # a CUDA torch's libraries are gigabytes: plain info maps none of them
     shown = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in done.stdout.splitlines()
                  if not line.startswith("-"))
-    told_by_torch = hardware.describe(torch.device("cpu"))
-    del told_by_torch["torch_threads"]  # only torch knows its thread count
+    told_by_torch = hardware.describe(device)
+    told_by_torch.pop("torch_threads", None)  # only torch knows its thread count
     assert shown == {k: "-" if v is None else str(v) for k, v in told_by_torch.items()}
+
+
+def test_graphrt_info_without_a_gpu_says_what_torch_would_without_importing_it():
+    # on a CUDA build too: no device is visible to a test not marked cuda (tests/conftest.py)
+    _info_says_what_torch_would_without_importing_it(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_graphrt_info_on_a_gpu_says_what_torch_would_without_importing_it():
+    _info_says_what_torch_would_without_importing_it(torch.device("cuda"))
 
 
 def test_the_torch_build_read_from_its_version_file_is_the_imported_torchs():

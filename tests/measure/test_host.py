@@ -53,3 +53,29 @@ def test_meminfo_figures_are_read_in_bytes_and_a_missing_one_is_none(tmp_path):
     assert host.meminfo("MemAvailable", str(meminfo)) == 20480000 * 1024
     assert host.meminfo("HugePages_Total", str(meminfo)) is None
     assert host.meminfo("MemTotal", str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("build_cuda, driver, usable", [
+    ("13.0", host.CudaDriver((13, 0), ("NVIDIA H100 80GB HBM3",)), True),
+    ("12.8", host.CudaDriver((13, 1), ("NVIDIA H100 80GB HBM3",)), True),  # a newer driver runs an older build
+    ("13.0", host.CudaDriver((12, 9), ("NVIDIA H100 80GB HBM3",)), False),  # too old a driver for the build
+    ("13.0", host.CudaDriver((13, 0), ()), False),  # a driver that shows this process no device
+    ("13.0", None, False),  # no driver
+    (None, host.CudaDriver((13, 0), ("NVIDIA H100 80GB HBM3",)), False),  # a CPU-only torch
+])
+def test_torch_sees_a_gpu_where_its_build_has_cuda_and_the_driver_shows_a_device_and_is_new_enough(
+        build_cuda, driver, usable):
+    assert host.cuda_usable(host.TorchBuild("2.13.0", build_cuda), driver) is usable
+
+
+def test_a_machine_without_the_cuda_driver_library_has_no_driver():
+    assert host.cuda_driver("libcuda-that-is-not-here.so.1") is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_driver_names_the_device_torch_names():
+    driver = host.cuda_driver()
+    assert driver is not None and host.cuda_usable(host.torch_build(), driver)
+    assert driver.devices[0] == torch.cuda.get_device_name(0)
+    assert len(driver.devices) == torch.cuda.device_count()
