@@ -160,7 +160,8 @@ def _refuse_eager_decode(analysed: list[tuple[str, Analysed]]) -> None:
     """Exit 1, naming them, where decode steps ran eagerly; exit 1 too where no decode step's
     mode can be told (a gate that passes on nothing would pass a server without graphs)."""
     eager = [(path, r) for path, a in analysed for r in eager_decode(a.report.steps)]
-    decode = [r for _, a in analysed for r in a.report.steps if r.marker.phase == "decode" and r.mode != "unknown"]
+    told = [r for _, a in analysed for r in a.report.steps if r.mode not in ("unknown", "idle")]  # idle: launched nothing
+    decode = [r for r in told if r.marker.phase == "decode"]
     if eager:
         where = ", ".join(dict.fromkeys(path for path, _ in eager))
         batches = sorted({r.marker.requests for _, r in eager}, key=lambda b: (b is None, b or 0))

@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
@@ -27,15 +30,34 @@ def load_trace(path: str | Path, progress: Progress | None = None) -> Trace:
     `progress(bytes of the file read, events so far)` is called as a big file is read.
     """
     path = Path(path)
-    if not path.is_file():
-        raise GraphrtError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    _check_file(path)
     if path.suffix in REPORT_SUFFIXES:
         return read_nsys_report(path)
-    with path.open("rb") as f:
-        head = f.read(64)
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise GraphrtError(f"{path}: cannot be read ({e.strerror or e})") from None
     if head.startswith(SQLITE_MAGIC):
         return read_nsys_sqlite(path, progress)
     if head.startswith(GZIP_MAGIC) or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
         return read_chrome_trace(path, progress)
     raise GraphrtError(f"{path}: neither an Nsight Systems export (SQLite or .nsys-rep) nor a "
                        "Chrome-trace JSON from torch.profiler")
+
+
+def _check_file(path: Path) -> None:
+    """GraphrtError naming what is really wrong with `path` where it is no trace file to open: a
+    symbolic link loop or one to nothing, no such file, not a file, or an empty one."""
+    try:
+        info = path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise GraphrtError(f"{path}: a symbolic link loop (it never reaches a file)") from None
+        if e.errno == errno.ENOENT and path.is_symlink():
+            raise GraphrtError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist") from None
+        raise GraphrtError(f"{path}: no such file" if e.errno == errno.ENOENT else f"{path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise GraphrtError(f"{path}: not a file")
+    if info.st_size == 0:
+        raise GraphrtError(f"{path}: an empty file (0 bytes): no trace in it")

@@ -16,6 +16,7 @@ RUNNER = "vllm/v1/worker/gpu_model_runner.py(3380): execute_model"
 TABLES = ("ranges", "kernels", "api_calls", "cpu_ops", "frames")
 
 usual_time = st.one_of(st.integers(-(2**52), 2**52), st.floats(-1e15, 1e15, allow_nan=False))
+usual_duration = st.one_of(st.integers(0, 2**52), st.floats(0, 1e15, allow_nan=False))  # no profiler's is negative
 usual_id = st.integers(-(2**62), 2**62)
 kernel_args = st.builds(
     Args, correlation=st.none() | usual_id, device=st.none() | st.integers(0, 7), stream=st.none() | usual_id,
@@ -23,9 +24,10 @@ kernel_args = st.builds(
 call_args = st.builds(Args, correlation=st.none() | usual_id, kernel=st.none() | st.sampled_from(["", "gemm"]))
 
 
-def _events(names: st.SearchStrategy, times: st.SearchStrategy, ids: st.SearchStrategy) -> st.SearchStrategy:
+def _events(names: st.SearchStrategy, times: st.SearchStrategy, durations: st.SearchStrategy,
+            ids: st.SearchStrategy) -> st.SearchStrategy:
     """Events of every category graphrt reads and some it does not, of every phase."""
-    common = {"ph": st.sampled_from(["X", "X", "X", "i", "f"]), "ts": times, "dur": st.none() | times,
+    common = {"ph": st.sampled_from(["X", "X", "X", "i", "f"]), "ts": times, "dur": st.none() | durations,
               "pid": ids, "tid": ids}
     return st.one_of(
         st.builds(Event, name=names, cat=st.sampled_from(["cpu_op", "user_annotation", "gpu_memcpy"]), **common),
@@ -36,10 +38,10 @@ def _events(names: st.SearchStrategy, times: st.SearchStrategy, ids: st.SearchSt
         st.builds(Event, name=names, cat=st.just("kernel"), args=st.none() | kernel_args, **common))
 
 
-USUAL = _events(st.sampled_from(["aten::mm", "cudaLaunchKernel", "gemm"]), usual_time, usual_id)
-# what else a file may hold where these fields are: a missing name or time, labels, huge numbers
-ODD = _events(st.none() | st.sampled_from(["aten::mm", "gemm"]),
-              st.none() | usual_time | st.sampled_from([2**70, 2**60, math.inf, math.nan, 1e17]),
+USUAL = _events(st.sampled_from(["aten::mm", "cudaLaunchKernel", "gemm"]), usual_time, usual_duration, usual_id)
+# what else a file may hold where these fields are: a missing name or time, labels, huge numbers, a negative duration
+odd_time = st.none() | usual_time | st.sampled_from([2**70, 2**60, math.inf, math.nan, 1e17])
+ODD = _events(st.none() | st.sampled_from(["aten::mm", "gemm"]), odd_time, odd_time | st.sampled_from([-1, -0.5]),
               usual_id | st.sampled_from(["main thread", "7", 2.5, 2**70]))
 
 

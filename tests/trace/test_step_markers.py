@@ -151,10 +151,15 @@ def test_sibling_steps_all_count_in_start_order():
 
 def test_a_step_runs_eager_graph_or_piecewise_by_its_graph_launches_where_launches_are_recorded():
     engine, own = parse("step[DECODE bs=2]"), parse("replay[bs=2]")
-    assert [step_mode(n, True, engine) for n in (0, 1, 2, 81)] == ["eager", "graph", "piecewise", "piecewise"]
+    assert [step_mode(90, n, True, engine) for n in (0, 1, 2, 81)] == ["eager", "graph", "piecewise", "piecewise"]
     # a trace without launch calls (a CPU's) says nothing: only graphrt's own marker does
-    assert (step_mode(0, False, engine), step_mode(0, False, own), step_mode(0, True, own)) == \
+    assert (step_mode(0, 0, False, engine), step_mode(0, 0, False, own), step_mode(5, 0, True, own)) == \
         ("unknown", "graph", "eager")
+
+
+def test_a_step_that_launched_nothing_is_idle_not_eager_whatever_its_marker_says():
+    assert [step_mode(0, 0, True, parse(name)) for name in ("step[DECODE bs=2]", "replay[bs=2]", "decode_step[eager]")] \
+        == ["idle"] * 3
 
 
 def test_an_engines_steps_group_by_phase_batch_and_mode():

@@ -146,8 +146,8 @@ def test_a_graph_id_too_large_for_a_toolsid_is_refused_by_its_event_never_wrappe
     else:
         with pytest.raises(GraphrtError) as refused:
             load_trace(path)
-        assert str(refused.value) == (f"{path}: a Chrome-trace event lacks a usable field (traceEvents[1]: graph id "
-                                      f"2147483648 does not fit a toolsId: expected one below 2**31)")
+        assert str(refused.value) == (f"{path}: a Chrome-trace event lacks a usable field (traceEvents[1] `gemm`: graph "
+                                      f"id 2147483648 does not fit a toolsId: expected one below 2**31)")
 
 
 def test_a_node_given_as_its_lower_32_bits_and_its_graph_is_keyed_by_both(tmp_path):

@@ -4,6 +4,7 @@ grown from a real one gives the same steps, and a broken file is one line naming
 from __future__ import annotations
 
 import gzip
+import zlib
 import json
 import runpy
 import subprocess
@@ -74,11 +75,22 @@ def test_a_truncated_file_says_how_far_it_got(tmp_path):
     assert "events and" in message and "bytes: cut short?)" in message
 
 
-def test_a_cut_gzip_names_the_bytes_inflated_before_it_broke(tmp_path):
-    packed = gzip.compress(_trace_bytes([_x(n) for n in range(5000)]))
+def test_a_cut_gzip_is_named_a_truncated_stream_after_the_bytes_it_inflated(tmp_path):
+    json_bytes = _trace_bytes([_x(n) for n in range(5000)])
+    packed = gzip.compress(json_bytes)
     message = _broken(tmp_path, "cut.json.gz", packed[: len(packed) - 40])
-    assert message.startswith(f"{tmp_path / 'cut.json.gz'}: a gzip that breaks after ")
-    assert "bytes of JSON (Compressed file ended before the end-of-stream marker was reached)" in message
+    assert message.startswith(f"{tmp_path / 'cut.json.gz'}: a truncated gzip stream: it ends after ")
+    inflated = int(message.split("ends after ")[1].split(" ")[0].replace(",", ""))
+    assert 0 < inflated < len(json_bytes) and json_bytes.startswith(json_bytes[:inflated])
+
+
+def test_a_gzip_with_a_wrong_checksum_names_the_bytes_inflated_before_it_broke(tmp_path):
+    json_bytes = _trace_bytes([_x(n) for n in range(5000)])
+    packed = bytearray(gzip.compress(json_bytes))
+    packed[-8] ^= 0xFF  # the CRC-32 of the whole JSON, checked once it is all inflated
+    message = _broken(tmp_path, "bad.json.gz", bytes(packed))
+    assert message == (f"{tmp_path / 'bad.json.gz'}: a gzip that breaks after {len(json_bytes):,} inflated bytes of "
+                       f"JSON (CRC check failed 0x{zlib.crc32(json_bytes) ^ 0xFF:08x} != 0x{zlib.crc32(json_bytes):08x})")
 
 
 def test_malformed_json_names_the_byte(tmp_path):

@@ -7,7 +7,9 @@ A serving engine replays a captured graph for the batch sizes it captured and ru
 step eagerly, silently: a decode batch off the capture sizes, or one past the largest, costs
 every kernel's launch again. The ledger shows how many steps of each phase and batch ran each
 way and what they cost; the fallback names the decode steps that ran eagerly in a trace where
-other decode steps replayed a graph, with their batches.
+other decode steps replayed a graph, with their batches. A step that launched nothing (`idle`:
+an engine's step between requests, or one whose work fell outside the trace) ran neither way: it
+has a row of its own and is never counted as an eager step.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from graphrt.trace.analysis.markers import PHASES
 from graphrt.trace.analysis.steps import StepRecord
 
-MODES = ("eager", "piecewise", "graph", "unknown")
+MODES = ("eager", "piecewise", "graph", "idle", "unknown")  # idle: launched nothing (markers.step_mode)
 REPLAYED = ("graph", "piecewise")
 
 

@@ -34,6 +34,13 @@ the releases that write them (each read from that release's source):
 Markers nest (vLLM's annotation inside `ProfilerStep#N`, its runner's function inside the
 annotation, an engine's step inside another's): `graphrt.trace.analysis.membership` keeps one
 step for each, by `tier` (lower wins) and, between two of one tier, the inner one.
+
+A range named like a marker that states what no engine writes marks no step, and is `Unread`:
+one that does not parse (`step[DECODE bs=abc]`), or one whose figures cannot be a step's (more
+real rows than its graph holds, a prefill or decode of 0 requests, a graph of 0 rows, a count
+from COUNT_BOUND up). Such a marker is left out rather than refused: one bad name in a serving
+trace of thousands of steps leaves the others worth reading, and the analysis names it in one
+note line (graphrt.trace.analysis.steps) so that its absence is never silent.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 UNKNOWN = "unknown"
@@ -53,6 +60,10 @@ ANNOTATION, RUNNER_FUNCTION, PROFILER_ITERATION = 1, 2, 3  # tiers: the lower wi
 # the markers, as a note names them where a trace has none
 MARKERS = "graphrt's, vLLM's, SGLang's, ATOM's, TensorRT-LLM's or ProfilerStep#N"
 PYTHON_DOMAIN = "python"  # the Range.domain of a python function kept as a step marker
+# engines hold a step's rows and tokens in int32 tensors (positions, slot maps, grid sizes): no
+# marker of theirs states a count from 2**31 up
+COUNT_BOUND = 2**31
+_ROWS_RUN = ("prefill", "decode", "mixed", "verify", "draft")  # phases that ran at least one request
 
 
 @dataclass(frozen=True)
@@ -79,17 +90,30 @@ def _phase(prefilling: int, decoding: int) -> str:
     return "prefill" if prefilling else "decode" if decoding else "idle"
 
 
+# digits are ASCII only (re.ASCII): `\d` would take other scripts' digits too, which no engine writes
 _GRAPHRT = re.compile(r"(decode_step|replay)\[([^\]]*)\]")
-_VLLM_NEW_CACHED = re.compile(r"execute_new_(\d+)_cached_(\d+)")
-_VLLM = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+_VLLM_NEW_CACHED = re.compile(r"execute_new_(\d+)_cached_(\d+)", re.ASCII)
+_VLLM = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)", re.ASCII)
 _VLLM_DETAILED = re.compile(r"execute_(\d+)_context_(\d+)\(sq(\d+)sk\d+sqsq\d+sqsk\d+\)"
-                            r"_generation_(\d+)\(sq(\d+)sk\d+sqsq\d+sqsk\d+\)")
-_SGLANG = re.compile(r"step\[([A-Z][A-Z_0-9]*)((?: [a-z_]+=\d+)*)\]")
-_ATOM = re.compile(r"(prefill|decode)\[bs=(\d+)(?:/(\d+))?( .*)?\]")  # ctx=[…] holds brackets of its own
-_TRTLLM = re.compile(r"(?:\[Executor\] )?_forward_step(?: \d+)?: (\d+) ctx reqs, (?:(\d+) ctx tokens, )?(\d+) gen reqs")
-_PROFILER_STEP = re.compile(r"ProfilerStep#\d+")
+                            r"_generation_(\d+)\(sq(\d+)sk\d+sqsq\d+sqsk\d+\)", re.ASCII)
+_SGLANG = re.compile(r"step\[([A-Z][A-Z_0-9]*)((?: [a-z_]+=\d+)*)\]", re.ASCII)
+_ATOM = re.compile(r"(prefill|decode)\[bs=(\d+)(?:/(\d+))?( .*)?\]", re.ASCII)  # ctx=[…] holds brackets of its own
+_TRTLLM = re.compile(r"(?:\[Executor\] )?_forward_step(?: \d+)?: (\d+) ctx reqs, (?:(\d+) ctx tokens, )?(\d+) gen reqs",
+                     re.ASCII)
+_PROFILER_STEP = re.compile(r"ProfilerStep#\d+", re.ASCII)
 _RUNNER_FUNCTION = re.compile(r".*model_runner\.py\(\d+\): execute_model")
-_FIELDS = re.compile(r"([a-z_]+)=(\d+)")
+_FIELDS = re.compile(r"([a-z_]+)=(\d+)", re.ASCII)
+_DIGITS = re.compile(r"[0-9]+")
+# what a name that begins like an engine's marker was expected to be, by that beginning
+_LOOKS_LIKE = (
+    (re.compile(r"(decode_step|replay)\["), "graphrt's decode_step[MODE,bs=N] or replay[bs=N]"),
+    (re.compile(r"execute_(new_|context_|[0-9]+_context_)"),
+     "vLLM's execute_context_N(T)_generation_N(T), execute_T_context_… or execute_new_N_cached_N"),
+    (re.compile(r"step\["), "SGLang's step[MODE bs=N key=N …]"),
+    (re.compile(r"(prefill|decode)\["), "ATOM's prefill[bs=N …] or decode[bs=N …], decode[bs=N/G …]"),
+    (re.compile(r"(\[Executor\] )?_forward_step( [0-9]+)?:"), "TensorRT-LLM's _forward_step: N ctx reqs, N gen reqs"),
+    (re.compile(r"ProfilerStep#"), "ProfilerStep#N"),
+)
 
 # SGLang's ForwardMode (and its stage names) by the phase they are
 _SGLANG_PHASES = {"EXTEND": "prefill", "SPLIT_PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed",
@@ -103,9 +127,23 @@ def is_runner_function(name: str) -> bool:
     return name.endswith(": execute_model") and _RUNNER_FUNCTION.fullmatch(name) is not None
 
 
+class _PastBound(ValueError):
+    """A count from COUNT_BOUND up, which no engine writes."""
+
+
+def _count(field: str, digits: str) -> int:
+    """A count a marker states, as ASCII digits; _PastBound from COUNT_BOUND up (told by the
+    digits first: Python makes no int of more than 4,300 of them)."""
+    if len(digits) > 10 or (n := int(digits)) >= COUNT_BOUND:
+        raise _PastBound(f"states {field}={cut(digits, 16)}, past any batch (engines count below 2**31)")
+    return n
+
+
 def _graphrt(kind: str, inside: str) -> Marker:
     fields = dict(part.split("=", 1) for part in inside.split(",") if "=" in part)
-    size = int(fields["bs"]) if fields.get("bs", "").isdigit() else None
+    if "bs" in fields and not _DIGITS.fullmatch(fields["bs"]):
+        raise _PastBound(f"states bs={cut(fields['bs'], 16)}, not a count")
+    size = _count("bs", fields["bs"]) if "bs" in fields else None
     if kind == "replay":
         return Marker(GRAPHRT, "graphrt replay[...]", ANNOTATION, "decode", padded_to=size, mode="graph")
     mode = inside.split(",")[0]
@@ -114,7 +152,8 @@ def _graphrt(kind: str, inside: str) -> Marker:
 
 
 def _sglang(stage: str, rest: str) -> Marker:
-    f = {k: int(v) for k, v in _FIELDS.findall(rest)}
+    given = dict(_FIELDS.findall(rest))  # others (c_sqsq=…) may pass any bound: only these are counts
+    f = {k: _count(k, v) for k, v in given.items() if k in ("bs", "raw_bs", "toks", "c", "g", "c_sq", "g_sq")}
     form = "SGLang step[...]"
     if stage == "DRAFT_LOOP":  # raw_bs real rows in a graph of bs
         return Marker(SGLANG, form, ANNOTATION, "draft", f.get("raw_bs"), padded_to=f.get("bs"))
@@ -127,25 +166,27 @@ def _sglang(stage: str, rest: str) -> Marker:
 
 
 def _atom(phase: str, bs: str, padded: str | None, rest: str | None) -> Marker:
-    f = {k: int(v) for k, v in _FIELDS.findall(rest or "")}
+    given = dict(_FIELDS.findall(rest or ""))
+    f = {k: _count(k, v) for k, v in given.items() if k in ("tok", "p")}
     if phase == "decode" and f.get("p"):
         phase = "mixed"
-    return Marker(ATOM, "ATOM prefill[...]/decode[...]", ANNOTATION, phase, int(bs), f.get("tok"),
-                  int(padded) if padded else None)
+    return Marker(ATOM, "ATOM prefill[...]/decode[...]", ANNOTATION, phase, _count("bs", bs), f.get("tok"),
+                  _count("bs", padded) if padded else None)
 
 
-def parse(name: str) -> Marker | None:
-    """The marker `name` is, or None for a range that marks no step."""
+def _parse(name: str) -> Marker | None:
+    """The marker `name` is, or None for a range that marks no step; _PastBound where a count
+    it states is past any batch."""
     if m := _GRAPHRT.fullmatch(name):
         return _graphrt(m.group(1), m.group(2))
     if m := _VLLM.fullmatch(name):
-        c, ct, g, gt = map(int, m.groups())
+        c, ct, g, gt = map(_count, ("context", "context tokens", "generation", "generation tokens"), m.groups())
         return Marker(VLLM, "vLLM execute_context_…_generation_…", ANNOTATION, _phase(c, g), c + g, ct + gt)
     if m := _VLLM_DETAILED.fullmatch(name):
-        total, c, _, g, _ = map(int, m.groups())
+        total, c, _, g, _ = map(_count, ("tokens", "context", "sq", "generation", "sq"), m.groups())
         return Marker(VLLM, "vLLM execute_N_context_…_generation_…", ANNOTATION, _phase(c, g), c + g, total)
     if m := _VLLM_NEW_CACHED.fullmatch(name):
-        new, cached = map(int, m.groups())
+        new, cached = map(_count, ("new", "cached"), m.groups())
         phase = "prefill" if new and not cached else "idle" if not new and not cached else UNKNOWN
         return Marker(VLLM, "vLLM execute_new_…_cached_…", ANNOTATION, phase, new + cached)
     if m := _SGLANG.fullmatch(name):
@@ -154,7 +195,8 @@ def parse(name: str) -> Marker | None:
         return _atom(*m.groups())
     if m := _TRTLLM.fullmatch(name):
         c, _, g = m.groups()
-        return Marker(TRTLLM, "TensorRT-LLM _forward_step", ANNOTATION, _phase(int(c), int(g)), int(c) + int(g))
+        c, g = _count("ctx reqs", c), _count("gen reqs", g)
+        return Marker(TRTLLM, "TensorRT-LLM _forward_step", ANNOTATION, _phase(c, g), c + g)
     if _PROFILER_STEP.fullmatch(name):
         return Marker(PROFILER, "torch.profiler ProfilerStep#N", PROFILER_ITERATION)
     if is_runner_function(name):
@@ -162,10 +204,75 @@ def parse(name: str) -> Marker | None:
     return None
 
 
-def step_mode(graph_launches: int, launches_recorded: bool, marker: Marker) -> str:
-    """How a step ran: `eager` (no graph launch), `graph` (one), `piecewise` (several), where the
-    trace records launch calls; else as its marker says (graphrt's own), else unknown."""
+@dataclass(frozen=True)
+class Unread:
+    """A range named like a step marker that marks no step: its name, the marker it was
+    expected to be, and why it is not one (`why` follows the name: "does not read as one")."""
+
+    name: str
+    expected: str
+    why: str
+
+
+def _impossible(m: Marker) -> str | None:
+    """What the marker states that no step can be, or None."""
+    if m.padded_to == 0:
+        return "states a graph of 0 rows (expected 1 or more)"
+    if m.requests is not None and m.padded_to is not None and m.requests > m.padded_to:
+        return f"states {m.requests} real rows in a graph of {m.padded_to} (expected at most the graph's size)"
+    if m.requests == 0 and m.phase in _ROWS_RUN:
+        return f"states a {m.phase} step of 0 requests (expected 1 or more)"
+    return None
+
+
+def _expected(name: str) -> str | None:
+    """The marker a name that begins like one was expected to be, or None."""
+    return next((form for begins, form in _LOOKS_LIKE if begins.match(name)), None)
+
+
+def _marker(name: str) -> Marker | Unread | None:
+    """The marker `name` is; Unread where its counts cannot be a step's; None where it is no
+    marker (or does not parse: `unread` tells those apart, where a note needs it)."""
+    try:
+        marker = _parse(name)
+    except _PastBound as e:
+        return Unread(name, _expected(name) or "a step marker", str(e))
+    why = None if marker is None else _impossible(marker)
+    return marker if why is None else Unread(name, _expected(name) or marker.form, why)
+
+
+def parse(name: str) -> Marker | None:
+    """The marker `name` is, or None for a range that marks no step (`unread` says why, where it
+    is named like a marker)."""
+    found = _marker(name)
+    return found if isinstance(found, Marker) else None
+
+
+def unread(names: Iterable[str]) -> list[Unread]:
+    """Of the distinct names, in order, those named like a step marker that mark no step."""
+    out = []
+    for name in dict.fromkeys(names):
+        found = _marker(name)
+        if found is None and (expected := _expected(name)) is not None:
+            found = Unread(name, expected, "does not read as one")
+        if isinstance(found, Unread):
+            out.append(found)
+    return out
+
+
+def cut(text: str, width: int) -> str:
+    """`text`, cut to `width` characters with an ellipsis where longer (for a line of text)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def step_mode(launches: int, graph_launches: int, launches_recorded: bool, marker: Marker) -> str:
+    """How a step ran, where the trace records launch calls: `idle` (it launched nothing: no
+    kernel, no graph, so it says nothing of graphs and is not an eager step), `eager` (kernels,
+    no graph launch), `graph` (one), `piecewise` (several); else as its marker says (graphrt's
+    own), else unknown. `launches`: its launch calls of any kind, `graph_launches` among them."""
     if launches_recorded:
+        if not launches:
+            return "idle"
         return "eager" if not graph_launches else "graph" if graph_launches == 1 else "piecewise"
     return marker.mode or UNKNOWN
 

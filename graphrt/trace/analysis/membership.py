@@ -181,14 +181,15 @@ class Membership:
 
     def _steps(self, ranges: Ranges, kinds: list[str | None]) -> list[Step]:
         """The ranges that are steps (graphrt.trace.analysis.markers.choose_steps), each with the
-        way it ran, told by the graph launches inside it (`kinds`: each call's launch kind), and
+        way it ran, told by the launch calls inside it (`kinds`: each call's launch kind), and
         its group."""
         names, recorded = ranges.strings("name"), "kernel" in kinds or "graph" in kinds
         steps = []
         for r, marker in choose_steps(names, self.parent,
                                       list(zip(ranges.ints("pid").tolist(), ranges.ints("tid").tolist())),
                                       ranges.ints("start_ns").tolist(), ranges.ints("end_ns").tolist()):
-            mode = step_mode(sum(kinds[i] == "graph" for i in self.launches[r]), recorded, marker)
+            mine = self.launches[r].tolist()
+            mode = step_mode(len(mine), sum(kinds[i] == "graph" for i in mine), recorded, marker)
             own = marker.engine in (GRAPHRT, PROFILER)
             steps.append(Step(r, marker, mode, group_name(names[r]) if own else group_label(marker, mode)))
         return steps

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ import numpy as np
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.analysis.membership import Membership, call_kinds, joined
-from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step
+from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step, cut, unread
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import Trace
@@ -319,4 +319,23 @@ def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:
         notes.append("no NVTX or record_function ranges in this trace")
     elif not has_steps:
         notes.append(f"no step marker ({MARKERS}): whole-trace figures only")
+    return notes + _unread_notes(trace.ranges.strings("name"))
+
+
+def _unread_notes(names: list[str]) -> list[str]:
+    """One line per marker form for the ranges named like it that mark no step (left out of the
+    steps, as graphrt.trace.analysis.markers says why): how many, the first, and why."""
+    found = unread(names)
+    if not found:
+        return []
+    ranges = Counter(n for n in names if n in {u.name for u in found})
+    by_form: dict[str, list] = {}
+    for u in found:
+        by_form.setdefault(u.expected, []).append(u)
+    notes = []
+    for expected, named in by_form.items():
+        n, others = sum(ranges[u.name] for u in named), len(named) - 1
+        more = f" (and {others:,} other name{'s' if others > 1 else ''})" if others else ""
+        notes.append(f"{n:,} range{'s' if n > 1 else ''} named like {expected} mark{'' if n > 1 else 's'} no step, "
+                     f"left out: `{cut(named[0].name, 80)}` {named[0].why}{more}")
     return notes

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.errors import GraphrtError
+from graphrt.trace.analysis.markers import cut
 from graphrt.trace.read.chrome_batch import add_batch
 from graphrt.trace.read.chrome_events import Event, UnusableField, add_event
 from graphrt.trace.read.events import Progress, Trace, link_launches
@@ -58,7 +59,8 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
             try:
                 add_event(trace, e, names)
             except UnusableField as error:  # it says what it expected
-                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error})") from None
+                named = "" if e.name is None else f" `{cut(e.name, 60)}`"
+                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]{named}: {error})") from None
             except (KeyError, TypeError, ValueError, OverflowError) as error:
                 raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error!r}); "
                                    f"{EXPECTED_FIELDS}") from None

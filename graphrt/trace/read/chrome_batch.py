@@ -18,7 +18,8 @@ import numpy as np
 
 from graphrt.trace.analysis.markers import PYTHON_DOMAIN
 from graphrt.trace.read.chrome_events import (API, FRAME, GRAPH_ID_BOUND, KERNEL, NO_ARGS, OP, PYTHON, RANGE,
-                                              RUNNER, TABLE_OF, Event, python_kind, thread)
+                                              RUNNER, TABLE_OF, Event, UnusableField, python_kind,
+                                              thread)
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import Trace
 
@@ -51,7 +52,10 @@ def _columns(trace: Trace, complete: list[Event], names: dict[str, str],
         return []
     start = _ns([e.ts for e in complete])
     durations = [e.dur for e in complete]
-    end = start + (_ns(durations) if None not in durations else _ns([d or 0 for d in durations]))
+    length = _ns(durations) if None not in durations else _ns([d or 0 for d in durations])
+    if np.any(length < 0):
+        raise _Irregular  # the event-by-event rules refuse a negative duration by its event
+    end = start + length
     category = np.fromiter(map(TABLE_OF.get, [e.cat for e in complete], repeat(0)), np.int8, len(complete))
     table = _python_kept(category, complete, kinds)
     out = []
@@ -130,7 +134,10 @@ def _threads(events: list[Event]) -> dict[str, np.ndarray]:
         try:
             out[field] = _ints(values)
         except _Irregular:
-            out[field] = _ints([thread(v) for v in values])
+            try:
+                out[field] = _ints([thread(v, field) for v in values])
+            except UnusableField:
+                raise _Irregular from None  # add_event refuses it, naming its event
     return out
 
 

@@ -65,21 +65,47 @@ def ns(microseconds: Any) -> int:
     return whole * 1000 + round((value - whole) * 1000)
 
 
-def _id(value: Any) -> int:
-    """Chrome traces allow a pid/tid to be a number or a label; labels get a stable number."""
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return zlib.crc32(str(value).encode())
-
-
-def thread(value: Any) -> int:
-    """A pid or tid as an integer (`_id`)."""
-    return value if type(value) is int else _id(value)
+INT64 = 2**63  # every figure is a column of int64: a number from here up (or down) fits none
 
 
 class UnusableField(ValueError):
     """A field an event has, with a value graphrt cannot use; the message says what was expected."""
+
+
+def whole(value: Any, field: str, expected: str) -> int:
+    """A field that holds a whole number (an int, an integral float, or one spelt as a string),
+    as an int that fits int64; UnusableField naming the field, its value and `expected` where it
+    is none (a fraction would be cut to some other id, a number past 64 bits fits no column)."""
+    try:
+        n = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except (TypeError, ValueError, OverflowError):
+        n = None
+    if n is None or not -INT64 <= n < INT64:
+        raise UnusableField(f"{field} {shown(value)} is not a whole number that fits 64 bits: expected {expected}")
+    return n
+
+
+def shown(value: Any) -> str:
+    """A field's value for a line of text: cut where long (an int of thousands of digits is
+    not even made a string: Python refuses past 4,300)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"{'-' if value < 0 else ''}(a {value.bit_length():,}-bit number)"
+    text = repr(value)
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def thread(value: Any, field: str = "tid") -> int:
+    """A pid or tid as an integer: the file's number, or for a label (Chrome traces allow one) a
+    stable number made from it; UnusableField for a number that is not a whole one within 64 bits."""
+    if type(value) is int and -INT64 <= value < INT64:
+        return value
+    if isinstance(value, str):
+        try:
+            n = int(value)
+        except ValueError:
+            return zlib.crc32(value.encode())
+        return whole(n, field, "a process or thread id, or a label")
+    return whole(value, field, "a process or thread id, or a label")
 
 
 GRAPH_ID_BOUND = 2**31  # a toolsId holds the exec graph's id above the node's 32 bits, in 64
@@ -91,10 +117,10 @@ def graph_node(args: Args) -> int | None:
     kinetos write the whole toolsId as `graph node id`; newer ones its lower 32 bits, with the
     exec graph's id apart as `graph id`, so the two are put together again (a whole toolsId with
     its `graph id` beside it reads the same)."""
-    node = int(args.graph_node or 0)
+    node = whole(args.graph_node or 0, "args.graph node id", "a graph node's id")
     if not node:
         return None
-    graph = int(args.graph or 0)
+    graph = whole(args.graph or 0, "args.graph id", "an exec graph's id")
     if abs(graph) >= GRAPH_ID_BOUND:
         raise UnusableField(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
@@ -106,33 +132,42 @@ def python_kind(name: str) -> int:
 
 
 def add_event(trace: Trace, e: Event, names: dict[str, str]) -> None:
-    """One complete event into the trace's columns (kernels with no launch yet). KeyError,
-    TypeError, ValueError or OverflowError where a field it needs is missing or unusable."""
+    """One complete event into the trace's columns (kernels with no launch yet). UnusableField
+    where a field holds what no profiler writes (a negative duration, a time or id past 64 bits, a
+    fraction for an id); KeyError, TypeError or ValueError where a field it needs is missing."""
     ts, dur = e.ts, e.dur  # every complete event needs them, whatever its category
     start = ts * 1000 if type(ts) is int else ns(ts if ts is not None else _missing("ts"))
-    end = start + (dur * 1000 if type(dur) is int else ns(dur or 0))
+    length = dur * 1000 if type(dur) is int else ns(dur or 0)
+    if length < 0:  # a profiler's end is never before its start, on one clock
+        raise UnusableField(f"dur {shown(dur)} is negative: expected a duration of 0 µs or more")
+    if not -INT64 <= start <= start + length < INT64:
+        raise UnusableField(f"ts {shown(ts)} and dur {shown(dur)} µs end past 64 bits of nanoseconds: expected a "
+                            "time on a profiler's clock")
+    end = start + length
     table = TABLE_OF.get(e.cat)  # type: ignore[arg-type]: an event without a category is in none
     if table is None:
         return
     if table == PYTHON:
         if e.name is not None and (kind := python_kind(e.name)):
             (trace.frames if kind == FRAME else trace.ranges).append(
-                names.setdefault(e.name, e.name), start, end, thread(e.pid), thread(e.tid), PYTHON_DOMAIN)
+                names.setdefault(e.name, e.name), start, end, thread(e.pid, "pid"), thread(e.tid), PYTHON_DOMAIN)
         return
     name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
     args = e.args or NO_ARGS
     if table == OP:
-        trace.cpu_ops.append(name, start, end, thread(e.pid), thread(e.tid))
+        trace.cpu_ops.append(name, start, end, thread(e.pid, "pid"), thread(e.tid))
     elif table == RANGE:
-        trace.ranges.append(name, start, end, thread(e.pid), thread(e.tid), "")
+        trace.ranges.append(name, start, end, thread(e.pid, "pid"), thread(e.tid), "")
     elif table == API:
         if args.correlation is not None:
             kernel = names.setdefault(args.kernel, args.kernel) if args.kernel else ""
-            trace.api_calls.append(name, start, end, thread(e.pid), thread(e.tid), int(args.correlation), kernel)
+            trace.api_calls.append(name, start, end, thread(e.pid, "pid"), thread(e.tid),
+                                   whole(args.correlation, "args.correlation", "a launch's correlation id"), kernel)
     else:
-        trace.kernels.append(name, start, end, int(args.device or 0),
-                             None if args.stream is None else int(args.stream),
-                             -1 if args.correlation is None else int(args.correlation), None, None,
+        trace.kernels.append(name, start, end, whole(args.device or 0, "args.device", "a device's index"),
+                             None if args.stream is None else whole(args.stream, "args.stream", "a stream's id"),
+                             -1 if args.correlation is None else
+                             whole(args.correlation, "args.correlation", "a launch's correlation id"), None, None,
                              graph_node(args))
 
 

@@ -71,7 +71,9 @@ def _chunks(path: Path, stop: threading.Event) -> Iterator[tuple[bytes, int]]:
 
         try:
             with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as g:
-                while (chunk := g.read(CHUNK)) and not stop.is_set():
+                # read1, not read: a read that meets the stream's cut end raises and drops what it
+                # inflated, so a gzip cut short would seem to break bytes before it does
+                while (chunk := g.read1(CHUNK)) and not stop.is_set():
                     put((chunk, raw.tell()))
             put(None)
         except (OSError, EOFError, zlib.error) as e:
@@ -80,10 +82,15 @@ def _chunks(path: Path, stop: threading.Event) -> Iterator[tuple[bytes, int]]:
     threading.Thread(target=inflate, name="graphrt-inflate", daemon=True).start()
     inflated_bytes = 0
     while (item := inflated.get()) is not None:
+        if isinstance(item, EOFError):  # the stream ends before its end-of-stream marker
+            raise GraphrtError(f"{path}: a truncated gzip stream: it ends after {inflated_bytes:,} inflated bytes "
+                               "of JSON, before its end-of-stream marker (a copy cut short?)")
         if isinstance(item, BaseException):
-            raise GraphrtError(f"{path}: a gzip that breaks after {inflated_bytes:,} bytes of JSON ({item})")
+            raise GraphrtError(f"{path}: a gzip that breaks after {inflated_bytes:,} inflated bytes of JSON ({item})")
         inflated_bytes += len(item[0])
         yield item
+    if not inflated_bytes:
+        raise GraphrtError(f"{path}: an empty gzip: it inflates to 0 bytes, no trace in it")
 
 
 def _head(path: Path, chunks: Iterator[tuple[bytes, int]]) -> tuple[bytearray, int]:

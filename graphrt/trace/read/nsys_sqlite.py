@@ -113,12 +113,35 @@ def _rows(db: sqlite3.Connection, sql: str, progress: Progress | None, done: lis
             progress(0, done[0])
 
 
+def _check_rows(schema: _Schema, path: Path, table: str, required: tuple[str, ...], where: str = "") -> None:
+    """GraphrtError naming the first row of `table` (of those `where` keeps) with a value no
+    export holds: a `required` column that is no integer, an optional id column (stream, graph,
+    process) that is neither an integer nor NULL, or an end before its start. Such a row would
+    be a time of 2**63 ns or a negative one, or break the reader, so the export is refused; the
+    check is one scan in SQLite's own C, beside the read."""
+    cols = schema.columns(table)
+    optional = [c for c in ("streamId", "globalPid", "graphId", "graphNodeId", "domainId", "textId") if c in cols]
+    wrong = [f"typeof({c}) != 'integer'" for c in required] + \
+        [f"typeof({c}) NOT IN ('integer', 'null')" for c in optional] + ["end < start"]
+    sql = f"SELECT rowid, {', '.join((*required, *optional))} FROM {table} WHERE {where or '1'} AND ({' OR '.join(wrong)}) LIMIT 1"
+    row = schema.db.execute(sql).fetchone()
+    if row is None:
+        return
+    values = dict(zip((*required, *optional), row[1:]))
+    bad = next((c for c in required if type(values[c]) is not int), None) or \
+        next((c for c in optional if values[c] is not None and type(values[c]) is not int), None)
+    what = (f"{bad} {values[bad]!r:.40} is not an integer" if bad else
+            f"end {values['end']} is before start {values['start']}")
+    raise GraphrtError(f"{path}: {table} row {row[0]}: {what}; expected integer nanoseconds and ids, each span "
+                       "ending at or after its start, as nsys export writes them")
+
+
 def _strings(schema: _Schema) -> dict[int, str]:
     """StringIds: every name and text in the export, by id (one Python string each)."""
     return dict(schema.db.execute("SELECT id, value FROM StringIds"))
 
 
-def _api_calls(schema: _Schema, strings: dict[int, str], progress: Progress | None,
+def _api_calls(schema: _Schema, path: Path, strings: dict[int, str], progress: Progress | None,
                done: list[int]) -> ApiCalls:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     cols = schema.columns(table)
@@ -126,6 +149,7 @@ def _api_calls(schema: _Schema, strings: dict[int, str], progress: Progress | No
     if not {"start", "end", "globalTid", "correlationId", "nameId"} <= cols:
         return calls
     where = "WHERE eventClass IN (0, 1)" if "eventClass" in cols else ""
+    _check_rows(schema, path, table, ("start", "end", "globalTid", "correlationId"), where[6:])
     names: dict[int | None, str] = {}  # nameId -> the call's name without its version suffix
     for rows in _rows(schema.db, f"SELECT nameId, start, end, globalTid, correlationId FROM {table} {where}",
                       progress, done):
@@ -140,13 +164,14 @@ def _api_calls(schema: _Schema, strings: dict[int, str], progress: Progress | No
     return calls
 
 
-def _kernels(schema: _Schema, strings: dict[int, str], calls: ApiCalls, progress: Progress | None,
+def _kernels(schema: _Schema, path: Path, strings: dict[int, str], calls: ApiCalls, progress: Progress | None,
              done: list[int]) -> Kernels:
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     cols = schema.columns(table)
     kernels = Kernels()
     if not {"start", "end", "deviceId", "correlationId"} <= cols:
         return kernels
+    _check_rows(schema, path, table, ("start", "end", "deviceId", "correlationId"))
     # a kernel's short name (`saxpy`) reads better in tables than the demangled signature
     named = [c if c in cols else "NULL" for c in ("shortName", "demangledName")]
     extra = ", ".join(c if c in cols else "NULL" for c in ("streamId", "globalPid", "graphId", "graphNodeId"))
@@ -168,12 +193,16 @@ def _kernels(schema: _Schema, strings: dict[int, str], calls: ApiCalls, progress
     return kernels
 
 
-def _ranges(schema: _Schema, strings: dict[int, str], progress: Progress | None, done: list[int]) -> Ranges:
+def _ranges(schema: _Schema, path: Path, strings: dict[int, str], progress: Progress | None,
+            done: list[int]) -> Ranges:
     table = "NVTX_EVENTS"
     cols = schema.columns(table)
     ranges = Ranges()
     if not {"start", "end", "eventType", "globalTid"} <= cols:
         return ranges
+    # a range never closed (no end) is left out, as the read below does
+    _check_rows(schema, path, table, ("start", "end", "globalTid"),
+                f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL")
     text = "text" if "text" in cols else "NULL"
     text_id = "textId" if "textId" in cols else "NULL"
     domain = "domainId" if "domainId" in cols else "0"
@@ -209,9 +238,9 @@ def read_nsys_sqlite(path: str | Path, progress: Progress | None = None) -> Trac
             raise GraphrtError(f"{path}: an SQLite file but not an Nsight Systems export (no "
                                "StringIds table); expected the output of nsys export --type sqlite")
         strings, done = _strings(schema), [0]
-        api_calls = _api_calls(schema, strings, progress, done)
-        return Trace(source=str(path), kind="nsys", ranges=_ranges(schema, strings, progress, done),
-                     kernels=_kernels(schema, strings, api_calls, progress, done), api_calls=api_calls,
+        api_calls = _api_calls(schema, path, strings, progress, done)
+        return Trace(source=str(path), kind="nsys", ranges=_ranges(schema, path, strings, progress, done),
+                     kernels=_kernels(schema, path, strings, api_calls, progress, done), api_calls=api_calls,
                      meta=_meta(schema))
     except sqlite3.DatabaseError as e:
         raise GraphrtError(f"{path}: cannot read this Nsight Systems export ({e})") from None
