@@ -7,6 +7,7 @@ from graphrt.backends.compiled import CompileBackend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
 from graphrt.backends.piecewise import PiecewiseBackend
+from graphrt.backends.piecewise_modules import ModulePiecewiseBackend
 from graphrt.model.decoder import Qwen2ForCausalLM
 
 
@@ -17,6 +18,8 @@ def make_backend(mode: str, model: Qwen2ForCausalLM, buckets: tuple[int, ...] | 
     if mode == "graph":
         return GraphBackend(model, buckets, lint, annotate, probe)
     if mode == "piecewise":
+        if not model.config.lean:  # transformers' forward: its breaks found in its module tree
+            return ModulePiecewiseBackend(model, buckets, lint, probe=probe)
         return PiecewiseBackend(model, buckets, lint, probe=probe)
     if mode == "compile":
         return CompileBackend(model)

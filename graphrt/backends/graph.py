@@ -103,6 +103,12 @@ class GraphBackend(Backend):
         self.kind = graph_kind(model.lm_head.weight.device)
 
     def _buckets_for(self, max_batch: int) -> tuple[int, ...]:
+        buckets = self._requested_buckets(max_batch)
+        # a cache of one batch size (transformers' StaticCache) runs every step at its rows: the
+        # largest bucket is the only one a replay would use
+        return buckets[-1:] if self.model.fixed_batch else buckets
+
+    def _requested_buckets(self, max_batch: int) -> tuple[int, ...]:
         if self.requested is None:
             return default_buckets(max_batch)
         if max_batch > self.requested[-1]:

@@ -8,6 +8,7 @@ run on replay, and Python scalars are frozen at capture.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -262,21 +263,50 @@ def _held_bytes(tensors: list[torch.Tensor], created: set[int]) -> int:
     return sum(sizes.values())
 
 
+class TapeRecording:
+    """One tape capture, begun and ended by hand: `capture_tape`'s capture, unrolled, so that one
+    call of a step can end a capture and begin another (graphrt.graphs.segments)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._stack: contextlib.ExitStack | None = None
+
+    def begin(self) -> None:
+        self._stack = contextlib.ExitStack()
+        ranges = self._stack.enter_context(nvtx.open_ranges())
+        self.mode = CaptureMode(record=True, open_ranges=ranges)
+        self._stack.enter_context(HostReadGuard())
+        self._stack.enter_context(self.mode)
+
+    def abort(self) -> None:
+        """Leave the capture, keeping nothing (a step that raised)."""
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def end(self, out: Any) -> TapeGraph:
+        """The graph of what ran since `begin`; `out` is what the captured call returned."""
+        self.mode.end_of_step()
+        self.abort()
+        mode = self.mode
+        if mode.refused is not None:
+            raise mode.refused
+        calls = [_replay_call(e) for e in mode.entries]
+        held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
+        held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return TapeGraph(self.device, tuple(calls), tuple(str(e.func) for e in mode.entries),
+                         tuple(e.ranges for e in mode.entries), _held_bytes(held, mode.created),
+                         tuple(e.out for e in mode.entries))
+
+
 def capture_tape(fn: Callable[[], T], device: torch.device, warmup: int) -> tuple[TapeGraph, T]:
     for _ in range(warmup):
         fn()
-    with nvtx.open_ranges() as stack:
-        mode = CaptureMode(record=True, open_ranges=stack)
-        with HostReadGuard(), mode:
-            out = fn()
-            mode.end_of_step()
-    if mode.refused is not None:
-        raise mode.refused
-    calls = [_replay_call(e) for e in mode.entries]
-    held = [t for e in mode.entries for t in tree_leaves((e.args, e.kwargs, e.out)) if isinstance(t, torch.Tensor)]
-    held += [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    graph = TapeGraph(device, tuple(calls), tuple(str(e.func) for e in mode.entries),
-                      tuple(e.ranges for e in mode.entries), _held_bytes(held, mode.created),
-                      tuple(e.out for e in mode.entries))
-    return graph, out
-
+    recording = TapeRecording(device)
+    recording.begin()
+    try:
+        out = fn()
+    except BaseException:
+        recording.abort()
+        raise
+    return recording.end(out), out

@@ -246,6 +246,7 @@ class Qwen2ForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary: RotaryTable | None = None
         self.max_batch = self.max_seq_len = 0
+        self.fixed_batch = False  # the cache takes any batch up to max_batch
         self.register_load_state_dict_pre_hook(pack_checkpoint_names)
 
     def setup_cache(self, max_batch: int, max_seq_len: int) -> None:

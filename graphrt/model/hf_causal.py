@@ -66,6 +66,7 @@ class HFCausalLM(nn.Module):
         object.__setattr__(self, "hf", hf)  # not a child: its children are ours already
         self.cache: Any = None
         self.max_batch = self.max_seq_len = 0
+        self.fixed_batch = True  # every call runs the cache's max_batch rows
 
     @property
     def architecture(self) -> str:
@@ -180,12 +181,11 @@ def load_transformers(config: ModelConfig, path: Path, device: torch.device, dty
     return HFCausalLM(hf.to(device).eval().requires_grad_(False), config)
 
 
-def from_lean(model: nn.Module, experts: str | None = None) -> HFCausalLM:
+def from_lean(model: nn.Module, config: ModelConfig, experts: str | None = None) -> HFCausalLM:
     """transformers' model of a lean family's config on the lean model's very tensors (`--impl hf`
-    on a preset or a lean checkpoint): no memory spent twice, a tied matrix stays one tensor."""
-    config = model.config
+    on a preset): no memory spent twice, a tied matrix stays one tensor. `config` is the run's."""
     transformers = transformers_module(config)
-    hf_config = transformers.AutoConfig.for_model(**config.to_hf_dict())
+    hf_config = transformers.AutoConfig.for_model(**model.config.to_hf_dict())
     device = model.lm_head.weight.device
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_config)

@@ -39,7 +39,7 @@ def load_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
 
     if config.hf_config is None:  # a lean family under --impl hf: transformers' model on its tensors
         lean = build_model(replace(config, implementation="lean"), device, dtype, checkpoint, seed)
-        return hf_causal.from_lean(lean, experts)
+        return hf_causal.from_lean(lean, config, experts)
     return hf_causal.load_transformers(config, Path(checkpoint), device, dtype, experts)
 
 

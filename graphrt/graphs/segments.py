@@ -1,0 +1,166 @@
+"""Piecewise capture of any step: graphs between the calls of chosen modules, each such call left
+eager between the graphs' replays. vLLM splits its compiled graph at the attention op the same
+way; here the breaks are modules, found in the module tree (`attention_modules`).
+
+    graphs, breaks, out = capture_pieces(step, attention_modules(model), device=..., pool=...)
+    # a replay: graphs[0].replay(); breaks[0][1](); graphs[1].replay(); ... graphs[-1].replay()
+
+While the step is captured, each break module's `forward` is swapped for one that ends the graph
+being captured, runs the module eagerly, copies what it returned into hand-off tensors (made
+then, outside any graph, so the next graph reads them at fixed addresses) and begins the next
+graph. A break's replay calls the module again with the very arguments it got at capture:
+tensors the graph before it rewrites in place on every replay, and whatever Python objects (a
+cache) it was handed. The graphs share one pool; they are replayed in capture order, one at a
+time, which is what makes sharing it safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map
+
+from graphrt.graphs.cuda import CudaGraph, capture_error_mode
+from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
+from graphrt.graphs.pool import Graph, GraphPool
+from graphrt.graphs.tape import CaptureMode, TapeRecording
+
+T = TypeVar("T")
+
+# the names under which a module's forward takes a KV cache (transformers 5 and 4.x, Mamba-style)
+CACHE_ARGUMENTS = ("cache", "past_key_values", "past_key_value", "cache_params")
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The innermost modules whose `forward` takes the KV cache: where attention runs, in any
+    model, whatever its family calls them (a decoder layer takes the cache too, to pass it on)."""
+    def takes_cache(module: nn.Module) -> bool:
+        parameters = inspect.signature(type(module).forward).parameters
+        return any(name in parameters for name in CACHE_ARGUMENTS)
+
+    takers = [m for m in model.modules() if takes_cache(m)]
+    inner = [m for m in takers if not any(d is not m and takes_cache(d) for d in m.modules())]
+    return inner
+
+
+class _TapePiece:
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def begin(self) -> None:
+        self.recording = TapeRecording(self.device)
+        self.recording.begin()
+
+    def end(self) -> Graph:
+        return self.recording.end(None)
+
+    def abort(self) -> None:
+        self.recording.abort()
+
+
+class _CudaPiece:  # pragma: no mutate block (CUDA only)
+    """One `torch.cuda.CUDAGraph`, begun and ended by hand on the current (side) stream."""
+
+    def __init__(self, device: torch.device, pool: GraphPool):
+        self.device, self.pool = device, pool
+
+    open = False
+
+    def begin(self) -> None:
+        torch.cuda.synchronize(self.device)
+        self.reserved = torch.cuda.memory_reserved(self.device)
+        self.graph = torch.cuda.CUDAGraph()
+        self.guard = CaptureMode(record=False, allow_random=True)
+        self.stack = contextlib.ExitStack()
+        self.graph.capture_begin(pool=self.pool.handle, capture_error_mode=capture_error_mode())
+        self.open = True
+        self.stack.enter_context(HostReadGuard())
+        self.stack.enter_context(self.guard)
+
+    def end(self) -> Graph:
+        self.guard.end_of_step()
+        self.stack.close()
+        self.open = False
+        try:
+            self.graph.capture_end()
+        except RuntimeError as error:
+            raise self.guard.refused or GraphCaptureError(f"CUDA graph capture failed: {error}") from error
+        if self.guard.refused is not None:
+            raise self.guard.refused
+        torch.cuda.synchronize(self.device)
+        taken = torch.cuda.memory_reserved(self.device) - self.reserved
+        return CudaGraph(self.graph, self.device, taken, None)
+
+    def abort(self) -> None:
+        if self.open:
+            self.stack.close()
+            self.open = False
+            with contextlib.suppress(RuntimeError):  # ending an invalidated capture raises
+                self.graph.capture_end()
+
+
+def _hand_off(value: Any) -> Any:
+    """Static copies of a module's outputs (tensors cloned, anything else as it is)."""
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, value)
+
+
+def _rerun(module: nn.Module, args: tuple, kwargs: dict, into: Any) -> Callable[[], None]:
+    """A break's replay: the module called again as at capture, its outputs copied into `into`."""
+    targets = [t for t in tree_leaves(into) if isinstance(t, torch.Tensor)]
+
+    def run() -> None:
+        results = [t for t in tree_leaves(module(*args, **kwargs)) if isinstance(t, torch.Tensor)]
+        for target, result in zip(targets, results, strict=True):
+            target.copy_(result)
+
+    return run
+
+
+def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: torch.device,
+                   pool: GraphPool, warmup: int = 3
+                   ) -> tuple[list[Graph], list[tuple[nn.Module, Callable[[], None]]], T]:
+    """Warm `fn` up, then capture it as graphs between the calls of the `breaks` modules
+    (module docstring): the graphs in step order, each break called between them (the module
+    and its replayable call), and `fn`'s static output, recomputed in place by a replay of them all."""
+    stream = pool.stream if pool.kind == "cuda" else None
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        for _ in range(warmup):
+            fn()
+        graphs: list[Graph] = []
+        calls: list[tuple[nn.Module, Callable[[], None]]] = []
+        piece = _CudaPiece(device, pool) if stream is not None else _TapePiece(device)
+        swapped = [(module, vars(module).get("forward"), module.forward) for module in breaks]
+
+        def at_break(module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
+            def break_here(*args: Any, **kwargs: Any) -> Any:
+                graphs.append(piece.end())
+                out = _hand_off(forward(*args, **kwargs))
+                calls.append((module, _rerun(module, args, kwargs, out)))
+                piece.begin()
+                return out
+            return break_here
+
+        for module, _, forward in swapped:
+            module.forward = at_break(module, forward)
+        try:
+            piece.begin()
+            try:
+                out = fn()
+            except BaseException:
+                piece.abort()
+                raise
+            graphs.append(piece.end())
+        finally:
+            for module, previous, _ in swapped:  # each module's forward as it was
+                if previous is None:
+                    del module.forward
+                else:
+                    module.forward = previous
+    if stream is not None:  # pragma: no mutate (CUDA only)
+        torch.cuda.current_stream(device).wait_stream(stream)
+    return graphs, calls, out
