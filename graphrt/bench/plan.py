@@ -91,12 +91,13 @@ def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[d
 
 def _fits(spec: RunSpec, config: ModelConfig, grid: str, keep: list[int],
           tell: Callable[[str], None]) -> tuple[int, ...]:
-    """The sizes to measure, listed only once the largest fits on its own; say what measuring
+    """The sizes to measure up to `spec.batch` (keeping `keep`: the traffic's largest batch, then
+    the sizes lists run it as), listed only once the largest fits on its own; say what measuring
     them takes, and refuse it where the device has too little free."""
     device = resolve_device(spec.device)
     where = hardware.device_name(device) if device.type == "cuda" else "this machine"
     itemsize, free = resolve_dtype(spec.dtype, device).itemsize, hardware.memory(device).free
-    plan_fit.check_largest(config, spec.batch, spec.prompt_len, spec.steps, itemsize, free, where)
+    plan_fit.check_largest(config, spec.batch, keep[0], spec.prompt_len, spec.steps, itemsize, free, where)
     sizes = measure_sizes.grid(spec.batch, grid, keep)
     fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, itemsize, free, where)
     tell(fit.describe())

@@ -60,13 +60,14 @@ def fit(config: ModelConfig, sizes: tuple[int, ...], prompt_len: int, steps: int
                top * prompt_len * vocab * itemsize, free, where)
 
 
-def check_largest(config: ModelConfig, top: int, prompt_len: int, steps: int, itemsize: int,
+def check_largest(config: ModelConfig, top: int, largest: int, prompt_len: int, steps: int, itemsize: int,
                   free: int | None, where: str) -> None:
-    """Refuse a largest size whose own share of the measuring (`fit` of it alone) does not fit,
-    before the sizes to measure are listed: a list up to a batch of 10^18 is never made."""
+    """Refuse a largest size `top` (the traffic's `largest` batch, or the size a list runs it as)
+    whose own share of the measuring (`fit` of it alone) does not fit, before the sizes to
+    measure are listed: a list up to a batch of 10^18 is never made."""
     least = fit(config, (top,), prompt_len, steps, itemsize, free, where)
     if free is not None and least.needed > free:
+        runs_as = f", run as batch {top:,} by a list set against it," if top != largest else ""
         raise GraphrtError(
-            f"plan: batch {top:,}, the largest to measure, needs at least {size_text(least.needed)} on its "
-            f"own and {where} has {size_text(free)} free: plan for a smaller largest batch (the traffic's, "
-            "or the lists it is set against)")
+            f"plan: the traffic's largest batch {largest:,}{runs_as} needs at least {size_text(least.needed)} "
+            f"on its own and {where} has {size_text(free)} free: plan for a smaller largest batch")
