@@ -11,7 +11,7 @@ import click
 from graphrt.backends.choices import parse_buckets
 from graphrt.bench.engine_settings import Settings, parse_settings
 from graphrt.bench.traffic import describe, read_traffic
-from graphrt.cli.option_types import SEED, Amount
+from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
 from graphrt.cli.plot_option import check_plot
 from graphrt.io import check_writable, write_json
 from graphrt.model.config import PRESETS
@@ -106,7 +106,8 @@ def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Capture the chosen plan and time a sample of the traffic through it.")
-@click.option("--verify-steps", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--verify-steps", type=click.IntRange(min=1, max=MAX_TIMED_STEPS), default=200, show_default=True,
+              help="Steps of the traffic sampled and timed through the captured plan.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the plan's JSON here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a PNG of the frontier (mean step against graphs and memory) here.")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 from tabulate import tabulate
 
-from graphrt.cli.option_types import Amount
+from graphrt.cli.option_types import MAX_TIMED_STEPS, Amount
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.run.spec import RunSpec
@@ -44,7 +44,7 @@ def _listing(made: MadeTraces) -> str:
                 warmup_help="Leading decode steps that run before the recording")
 @click.option("--out", default="traces", show_default=True, type=click.Path(file_okay=False),
               help="Where the trace directory is made.")
-@click.option("--overhead", type=click.IntRange(min=0), is_flag=False, flag_value=OVERHEAD_STEPS,
+@click.option("--overhead", type=click.IntRange(min=0, max=MAX_TIMED_STEPS), is_flag=False, flag_value=OVERHEAD_STEPS,
               default=0, help=f"Also measure what the NVTX ranges cost an eager step: N steps "
               f"with them, N without, no profiler attached [N: {OVERHEAD_STEPS}].")
 @click.option("--timeout", type=Amount(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,

@@ -85,10 +85,14 @@ def _options(spec: RunSpec) -> str:
     return said
 
 
+SAID_FROM = 0.1  # the share of the free memory from which a run says what it will hold
+
+
 def check_fits(spec: RunSpec) -> str | None:
-    """What the run will hold at least, in a line to show before it starts (None where the model's
-    positions refuse it first); a run that needs more memory than its device has free (on the CPU,
-    what Linux counts as available) is refused in one line naming the options."""
+    """What the run will hold at least, in a line to show before it starts where that is a tenth
+    or more of what is free (else None, as where the model's positions refuse it first); a run
+    that needs more memory than its device has free (on the CPU, what Linux counts as available)
+    is refused in one line naming the options."""
     config, _ = resolve(spec.model)
     if spec.seq_len > config.max_position_embeddings:
         return None  # a cache longer than the model's positions is refused as such, when the model loads
@@ -101,5 +105,6 @@ def check_fits(spec: RunSpec) -> str | None:
     if free is not None and need.needed > free:
         raise GraphrtError(f"{_options(spec)}: the run needs at least {size_text(need.needed)}{each} "
                            f"({need.describe()}) and {where} has {size_text(free)} free: give a smaller --batch")
-    said = "free memory unknown" if free is None else f"{size_text(free)} free on {where}"
-    return f"run: at least {size_text(need.needed)}{each} ({need.describe()}); {said}"
+    if free is None or need.needed < SAID_FROM * free:
+        return None
+    return f"run: at least {size_text(need.needed)}{each} ({need.describe()}); {size_text(free)} free on {where}"

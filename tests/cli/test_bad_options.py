@@ -14,16 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from graphrt.backends.factory import make_backend
 from graphrt.cli.option_types import Amount
 from graphrt.errors import GraphrtError
+from graphrt.measure import hardware
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-from graphrt.run.footprint import cache_rows, footprint
+from graphrt.run.footprint import cache_rows, check_fits, footprint
 from graphrt.run.spec import RunSpec
-
-import torch
 
 HUGE = 10**12  # rows or sizes no machine holds: a structure of them that is built fails at once
 MEMORY_LIMIT = 2 << 30  # bytes a bounded command may map
@@ -140,11 +140,31 @@ def test_a_traffic_batch_no_machine_holds_is_refused_before_the_sizes_to_measure
     assert f"the traffic's largest batch {10**18:,}, run as batch {2**60:,} by a list" in line
 
 
-def test_a_run_that_fits_says_what_it_holds_before_it_starts(cli):
-    result = cli("run", "--model", "tiny", "--steps", "3", "--mode", "eager")
-    assert result.exit_code == 0, result.output
-    first = result.stderr.splitlines()[0]
-    assert first.startswith("run: at least ") and "(1 rows x 19 positions)" in first and "free" in first
+def test_a_bad_check_list_whose_size_no_machine_holds_is_refused_before_the_sizes_are_listed(traffic):
+    line = _bounded_error("plan", "--model", "tiny", "--traffic", traffic, "--check", f"1,{10**18}", "--no-verify")
+    assert f"run as batch {10**18:,} by a list" in line
+
+
+@pytest.mark.parametrize("option", ["--steps", "--prompt-len"])
+def test_plan_names_the_steps_and_prompt_for_a_cache_longer_than_the_model_not_the_batch(option, traffic):
+    line = _bounded_error("plan", "--model", "tiny", "--traffic", traffic, option, HUGE, "--no-verify")
+    assert f"{option} {HUGE:,}" in line and "max_position_embeddings" in line and "batch" not in line
+
+
+@pytest.mark.parametrize("command, option", [("plan", "--verify-steps"), ("trace", "--overhead")])
+def test_a_count_of_steps_to_time_is_bounded_before_any_is_sampled(cli, traffic, command, option):
+    extra = ["--traffic", traffic] if command == "plan" else []
+    line = _one_error_line(cli(command, *extra, option, str(HUGE)))
+    assert f"'{option}'" in line and "1000000" in line
+
+
+def test_a_run_that_takes_a_tenth_of_the_free_memory_or_more_says_so_and_a_small_one_says_nothing():
+    free = hardware.memory(torch.device("cpu")).free
+    one, two = (footprint(RunSpec(model="tiny", batch=b, mode="eager"), PRESETS["tiny"], 4).needed for b in (1, 2))
+    batch = free // 5 // (two - one)  # about a fifth of what is free: checked, never allocated
+    line = check_fits(RunSpec(model="tiny", batch=batch, mode="eager"))
+    assert line.startswith("run: at least ") and f"({batch:,} rows x 48 positions)" in line and "free" in line
+    assert check_fits(RunSpec(model="tiny", mode="eager")) is None
 
 
 @pytest.mark.parametrize("mode, buckets", [("eager", None), ("graph", None), ("graph", (1, 8)), ("piecewise", None)])
