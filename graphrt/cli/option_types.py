@@ -40,7 +40,7 @@ class Amount(click.FloatRange):
 # What torch's generators take (torch.Generator.manual_seed): a seed outside fails deep in a run.
 SEED = click.IntRange(-(1 << 63), (1 << 64) - 1)
 
-# Steps an option asks to time one by one (plan --verify-steps, trace --overhead): each is held as
-# a figure, and sampled up front, so a count of 10^12 would fill memory before the first is timed;
-# a million is hours of steps on any device.
+# Steps or repeats an option asks to time one by one (plan --verify-steps, trace --overhead, bench
+# --repeats): each is held as a figure, and plan samples them up front, so a count of 10^12 fills
+# memory before the first is timed; a million is hours of steps on any device.
 MAX_TIMED_STEPS = 1_000_000

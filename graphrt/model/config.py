@@ -280,6 +280,8 @@ def resolve(model: str) -> tuple[ModelConfig, Path | None]:
     """A preset by name (no checkpoint: random weights), or a HF model directory and its config."""
     if model in PRESETS:
         return PRESETS[model], None
+    if not model.strip():
+        raise GraphrtError(f"--model {model!r}: expected a preset ({', '.join(PRESETS)}) or a model directory")
     if "/" not in model and not Path(model).exists():
         raise GraphrtError(f"unknown model {model!r}: not a directory, and not a preset "
                            f"({', '.join(PRESETS)})")

@@ -111,6 +111,10 @@ def test_a_seed_torch_cannot_take_is_refused_by_name(cli, traffic, command):
     assert "'--seed'" in line
 
 
+def test_an_empty_model_is_refused_by_name_not_taken_as_this_directory(cli):
+    assert "--model ''" in _one_error_line(cli("run", "--model", ""))
+
+
 def test_an_empty_bucket_list_is_refused_by_name(cli):
     assert "--buckets ''" in _one_error_line(cli("run", "--model", "tiny", "--buckets", ""))
 
@@ -151,9 +155,10 @@ def test_plan_names_the_steps_and_prompt_for_a_cache_longer_than_the_model_not_t
     assert f"{option} {HUGE:,}" in line and "max_position_embeddings" in line and "batch" not in line
 
 
-@pytest.mark.parametrize("command, option", [("plan", "--verify-steps"), ("trace", "--overhead")])
+@pytest.mark.parametrize("command, option", [("plan", "--verify-steps"), ("trace", "--overhead"),
+                                             ("bench", "--repeats")])
 def test_a_count_of_steps_to_time_is_bounded_before_any_is_sampled(cli, traffic, command, option):
-    extra = ["--traffic", traffic] if command == "plan" else []
+    extra = {"plan": ["--traffic", traffic], "bench": ["baseline"]}.get(command, [])
     line = _one_error_line(cli(command, *extra, option, str(HUGE)))
     assert f"'{option}'" in line and "1000000" in line
 
