@@ -120,8 +120,8 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
                    prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
                    seed=options["seed"])
     if spec.seq_len > config.max_position_embeddings:  # before the memory check blames the batch for it
-        raise GraphrtError(f"--prompt-len {spec.prompt_len:,} + --steps {spec.steps:,} = {spec.seq_len:,} positions "
-                           f"exceed {config.name}'s max_position_embeddings {config.max_position_embeddings:,}")
+        raise GraphrtError(f"--prompt-len {spec.prompt_len:,} + --steps {spec.steps:,} = {spec.seq_len:,} "
+                           f"positions exceed {config.name}'s max_position_embeddings {config.max_position_embeddings:,}")
     if not options["measurements"]:
         sizes = _fits(spec, config, options["grid"], _covers(traffic, lists), tell)
     config, model, device, dtype = load(spec)

@@ -27,7 +27,8 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
                      help=f"{warmup_help} [default: a quarter of the steps, 1 to 4]."),
         click.option("--seed", type=SEED, default=RunSpec.seed, show_default=True,
                      help="Seeds the prompt and, for presets, the random weights."),
-        click.option("--buckets", callback=lambda ctx, param, value: None if value is None else parse_buckets(value),
+        click.option("--buckets",  # an empty list is refused by name, not taken as the default
+                     callback=lambda ctx, param, value: None if value is None else parse_buckets(value),
                      help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch]."),
         click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
                      help="Before capturing, check that the step has nothing a graph would "

@@ -97,7 +97,8 @@ def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
               help="A setting passed to an engine's server, as the engine spells it (vllm.max_num_seqs=256, "
                    "sglang.max_running_requests=64, tensorrt_llm.cuda_graph_config.enable_padding=true, ...): "
                    "its default list is resolved as that server would (repeatable).")
-@click.option("--device-memory", type=Amount(min=0, min_open=True, quantum=2**-30, quantum_said="byte"), metavar="GiB",
+@click.option("--device-memory", type=Amount(min=0, min_open=True, quantum=2**-30, quantum_said="byte"),
+              metavar="GiB",
               help="Resolve the engines' lists for a device of this much memory [default: the device planned on].")
 @click.option("--steps", type=click.IntRange(min=2), default=16, show_default=True,
               help="Decode steps per size and mode.")

@@ -39,9 +39,10 @@ def format_capture_attribution(group: str, found: list[CaptureAttribution], top:
     """One step group's replayed kernels as the capture launched them."""
     first, how = found[0], _counts(found)
     items = sum(how.values())
-    head = (f"{cut(group)}: replayed kernels attributed from {cut(first.group.name)} ({Path(first.group.source).name}) by kernel "
-            f"name over {len(found):,} step{'' if len(found) == 1 else 's'}: {1 - how[UNATTRIBUTED] / items:.1%} of "
-            f"{items:,} ({how[MATCHED]:,} matched, {how[BETWEEN]:,} between matched ones in one call, "
+    head = (f"{cut(group)}: replayed kernels attributed from {cut(first.group.name)} "
+            f"({Path(first.group.source).name}) by kernel name over {len(found):,} "
+            f"step{'' if len(found) == 1 else 's'}: {1 - how[UNATTRIBUTED] / items:.1%} of {items:,} "
+            f"({how[MATCHED]:,} matched, {how[BETWEEN]:,} between matched ones in one call, "
             f"{how[UNATTRIBUTED]:,} unattributed)")
 
     def by_table(by: str, title: str) -> list[str]:
