@@ -96,7 +96,7 @@ def check_fits(spec: RunSpec) -> str | None:
     config, _ = resolve(spec.model)
     if spec.seq_len > config.max_position_embeddings:
         return None  # a cache longer than the model's positions is refused as such, when the model loads
-    device = resolve_device(spec.device)
+    device = ranks.launched_device(resolve_device(spec.device).type)  # a rank's own GPU, not GPU 0
     share = spec.tp or (int(os.environ["WORLD_SIZE"]) if ranks.launched() else 1)
     need = footprint(spec, config, resolve_dtype(spec.dtype, device).itemsize, share)
     free = hardware.memory(device).free
