@@ -1,5 +1,5 @@
 # Two entry points, each doing all set-up on a fresh machine:
-#   make run    install graphrt into .venv and run `graphrt run` on the default preset
+#   make run    install graphrt (and matplotlib, for --plot) into .venv and run `graphrt run` on the default preset
 #   make test   install graphrt with its test extras (and Nsight Systems where apt is there), run the tests
 # and, for a GPU machine: make gpu-bundle (here), make gpu-check (there), make gpu-rehearsal (here)
 PYTHON ?= python3
@@ -12,8 +12,9 @@ PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# with the plot extra: README's own examples draw with --plot
 $(VENV)/.core: $(BIN)/python setup.cfg constraints.txt
-	$(PIP) -e .
+	$(PIP) -e '.[plot]'
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core

@@ -24,16 +24,17 @@ def expand_modes(mode: str) -> tuple[str, ...]:
                        f"distinct modes, got {mode!r}")
 
 
-def parse_buckets(text: str) -> tuple[int, ...]:
-    """`--buckets 1,2,4,8` -> (1, 2, 4, 8): positive integers, strictly increasing."""
+def parse_buckets(text: str, option: str = "--buckets") -> tuple[int, ...]:
+    """`--buckets 1,2,4,8` -> (1, 2, 4, 8): positive integers, strictly increasing; a bad list is
+    refused naming `option`, the one that gave it."""
     try:
         buckets = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise GraphrtError(f"--buckets {text!r}: expected comma-separated integers like 1,2,4,8") from None
+        raise GraphrtError(f"{option} {text!r}: expected comma-separated integers like 1,2,4,8") from None
     if any(b <= 0 for b in buckets):
-        raise GraphrtError(f"--buckets {text!r}: every bucket must be a positive integer")
+        raise GraphrtError(f"{option} {text!r}: every bucket must be a positive integer")
     if any(a >= b for a, b in zip(buckets, buckets[1:])):
-        raise GraphrtError(f"--buckets {text!r}: buckets must be strictly increasing, no duplicates")
+        raise GraphrtError(f"{option} {text!r}: buckets must be strictly increasing, no duplicates")
     return buckets
 
 

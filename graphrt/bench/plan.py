@@ -135,14 +135,20 @@ def _load_measurements(path: str, model: str, device: str, dtype: str) -> list[d
     return doc.get("per_size", [])
 
 
-def _fits(spec: RunSpec, config: ModelConfig, sizes: tuple[int, ...], tell: Callable[[str], None]) -> None:
-    """Say what measuring `sizes` takes, and refuse it where the device has too little free."""
+def _fits(spec: RunSpec, config: ModelConfig, grid: str, keep: list[int],
+          tell: Callable[[str], None]) -> tuple[int, ...]:
+    """The sizes to measure up to `spec.batch` (keeping `keep`: the traffic's largest batch, then
+    the sizes lists run it as), listed only once the largest fits on its own; say what measuring
+    them takes, and refuse it where the device has too little free."""
     device = resolve_device(spec.device)
     where = hardware.device_name(device) if device.type == "cuda" else "this machine"
-    fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, resolve_dtype(spec.dtype, device).itemsize,
-                       hardware.memory(device).free, where)
+    itemsize, free = resolve_dtype(spec.dtype, device).itemsize, hardware.memory(device).free
+    plan_fit.check_largest(config, spec.batch, keep[0], spec.prompt_len, spec.steps, itemsize, free, where)
+    sizes = measure_sizes.grid(spec.batch, grid, keep)
+    fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, itemsize, free, where)
     tell(fit.describe())
     fit.check()
+    return sizes
 
 
 def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = lambda *_: None,
@@ -159,9 +165,11 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     spec = RunSpec(model=options["model"], device=options["device"], dtype=options["dtype"], batch=top,
                    prompt_len=options["prompt_len"], steps=options["steps"], warmup=options["warmup"],
                    seed=options["seed"])
-    sizes = measure_sizes.grid(top, options["grid"], _covers(traffic, lists))
+    if spec.seq_len > config.max_position_embeddings:  # before the memory check blames the batch for it
+        raise GraphrtError(f"--prompt-len {spec.prompt_len:,} + --steps {spec.steps:,} = {spec.seq_len:,} "
+                           f"positions exceed {config.name}'s max_position_embeddings {config.max_position_embeddings:,}")
     if not options["measurements"]:
-        _fits(spec, config, sizes, tell)
+        sizes = _fits(spec, config, options["grid"], _covers(traffic, lists), tell)
     config, model, device, dtype = load(spec)
     dtype_name = str(dtype).removeprefix("torch.")
     if options["measurements"]:

@@ -14,14 +14,7 @@ from dataclasses import dataclass
 
 from graphrt.errors import GraphrtError
 from graphrt.model.config import ModelConfig
-
-
-def size_text(n: int) -> str:
-    """Bytes in the largest unit that keeps a figure of at least 1: KiB, MiB, GiB or TiB."""
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):,.1f} {unit}"
-    return f"{n / 1024:.1f} KiB"
+from graphrt.run.footprint import size_text
 
 
 @dataclass(frozen=True)
@@ -65,3 +58,16 @@ def fit(config: ModelConfig, sizes: tuple[int, ...], prompt_len: int, steps: int
     cache = 2 * config.num_hidden_layers * top * slots * config.num_key_value_heads * config.head_dim
     return Fit(sizes, config.num_parameters() * itemsize, cache * itemsize, sum(sizes) * vocab * itemsize,
                top * prompt_len * vocab * itemsize, free, where)
+
+
+def check_largest(config: ModelConfig, top: int, largest: int, prompt_len: int, steps: int, itemsize: int,
+                  free: int | None, where: str) -> None:
+    """Refuse a largest size `top` (the traffic's `largest` batch, or the size a list runs it as)
+    whose own share of the measuring (`fit` of it alone) does not fit, before the sizes to
+    measure are listed: a list up to a batch of 10^18 is never made."""
+    least = fit(config, (top,), prompt_len, steps, itemsize, free, where)
+    if free is not None and least.needed > free:
+        runs_as = f", run as batch {top:,} by a list set against it," if top != largest else ""
+        raise GraphrtError(
+            f"plan: the traffic's largest batch {largest:,}{runs_as} needs at least {size_text(least.needed)} "
+            f"on its own and {where} has {size_text(free)} free: plan for a smaller largest batch")

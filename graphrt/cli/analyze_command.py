@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from graphrt.cli.analyzed_files import Analysed, analyse_all, cores
+from graphrt.cli.plot_option import check_plot
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 from graphrt.trace.analysis.ledger import eager_decode
@@ -18,6 +19,7 @@ from graphrt.trace.analysis.comparisons import compare_steps
 from graphrt.trace.present.capture_tables import capture_attribution_dict, format_capture_attribution
 from graphrt.trace.present.step_tables import format_replay_modules, replay_modules_dict
 from graphrt.trace.present.tables import comparison_dict, format_comparison
+from graphrt.trace.present.text_table import cut
 from graphrt.trace.read.capture_records import capture_records
 
 
@@ -72,9 +74,9 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     Given the directory `graphrt trace --tp N` made (rank0/ ... rank<N-1>/), or one file per rank
     of an engine, each rank's figures and the slowest rank per step; --plot draws each rank's
     eager step above its replay."""
-    for out in (json_path, plot_path):
-        if out:
-            check_writable(out)
+    if json_path:
+        check_writable(json_path)
+    check_plot(plot_path)
     if len(paths) == 1 and (dirs := rank_dirs(Path(paths[0]))) is not None:
         _analyze_ranks(Path(paths[0]), dirs, json_path, plot_path, jobs)
         return
@@ -104,7 +106,7 @@ def analyze(paths: tuple[str, ...], json_path: str | None, top: int, plot_path: 
     replays = {t.group: t.unit for a in analysed for t in a.timelines if is_replay(t.group) and t.work}
     for group, unit in replays.items():
         if group not in attributed:
-            click.echo(f"\nnote: {group}: replayed {unit}s fire no module range; give an eager trace of "
+            click.echo(f"\nnote: {cut(group)}: replayed {unit}s fire no module range; give an eager trace of "
                        "the same model and batch beside it to attribute them (graphrt analyze eager.json "
                        "graph.json)")
     if plot_path:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from graphrt.cli.option_types import MAX_TIMED_STEPS
 from graphrt.errors import GraphrtError
 from graphrt.io import check_writable, write_json
 
@@ -85,7 +86,8 @@ def _sweep_with_progress(sweep: Sweep, json_path: Path) -> dict[str, Any]:
               help="Print the change from A to B point by point, instead of running.")
 @click.option("--steps", type=click.IntRange(min=2), help="Timed steps per repeat, instead of the scenario's.")
 @click.option("--warmup", type=click.IntRange(min=1), help="Untimed steps before them, instead of the scenario's.")
-@click.option("--repeats", type=click.IntRange(min=1), help="Repeats per point, instead of the scenario's.")
+@click.option("--repeats", type=click.IntRange(min=1, max=MAX_TIMED_STEPS),
+              help="Repeats per point, instead of the scenario's.")
 @click.option("--max-points", type=click.IntRange(min=1), help="Run only the first N points of the sweep.")
 def bench(scenario: str | None, out: str, compare: tuple[str, str] | None,
           **overrides: int | None) -> None:

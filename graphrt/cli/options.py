@@ -7,6 +7,7 @@ from typing import Callable
 import click
 
 from graphrt.backends.choices import parse_buckets
+from graphrt.cli.option_types import SEED
 from graphrt.model.config import IMPLEMENTATIONS, PRESETS
 from graphrt.run.spec import RunSpec
 
@@ -30,14 +31,15 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
         click.option("--steps", type=int, default=steps, show_default=True, help=steps_help),
         click.option("--warmup", type=int,
                      help=f"{warmup_help} [default: a quarter of the steps, 1 to 4]."),
-        click.option("--seed", type=int, default=RunSpec.seed, show_default=True,
+        click.option("--seed", type=SEED, default=RunSpec.seed, show_default=True,
                      help="Seeds the prompt and, for presets, the random weights."),
-        click.option("--buckets", callback=lambda ctx, param, value: value and parse_buckets(value),
+        click.option("--buckets",  # an empty list is refused by name, not taken as the default
+                     callback=lambda ctx, param, value: None if value is None else parse_buckets(value),
                      help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch]."),
         click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
                      help="Before capturing, check that the step has nothing a graph would "
                      "replay wrongly (a Python value, a host tensor, ...); a finding stops the run."),
-        click.option("--tp", type=int, default=RunSpec.tp,
+        click.option("--tp", type=click.IntRange(min=1), default=RunSpec.tp,
                      help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo "
                      "on the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1]."),
     ]

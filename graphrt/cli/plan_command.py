@@ -11,6 +11,8 @@ import click
 from graphrt.backends.choices import parse_buckets
 from graphrt.bench.engine_settings import Settings, parse_settings
 from graphrt.bench.traffic import describe, read_traffic
+from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
+from graphrt.cli.plot_option import check_plot
 from graphrt.io import check_writable, write_json
 from graphrt.model.config import PRESETS
 
@@ -63,7 +65,7 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
 
 
 def _buckets(ctx, param, values: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
-    return tuple(parse_buckets(v) for v in values)
+    return tuple(parse_buckets(v, "--check") for v in values)
 
 
 def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
@@ -80,8 +82,10 @@ def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
               help="Decode steps per batch size: JSON {\"batch\": count}, CSV batch,count, one batch "
                    "size a line, or a graphrt run/trace JSON.")
 @click.option("--max-graphs", type=click.IntRange(min=1), help="At most this many graphs.")
-@click.option("--memory", type=click.FloatRange(min=0), help="At most this much graph memory, MiB.")
-@click.option("--capture-seconds", type=click.FloatRange(min=0), help="At most this much capture time.")
+@click.option("--memory", type=Amount(min=0, quantum=2**-20, quantum_said="byte"),
+              help="At most this much graph memory, MiB.")
+@click.option("--capture-seconds", type=Amount(min=0, quantum=1e-6, quantum_said="microsecond"),
+              help="At most this much capture time.")
 @click.option("--grid", default="auto", show_default=True,
               help="Sizes to measure: all, auto (1..8, multiples of 8, the baselines' sizes) or a "
                    "comma list; the others are interpolated.")
@@ -93,16 +97,18 @@ def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
               help="A setting passed to an engine's server, as the engine spells it (vllm.max_num_seqs=256, "
                    "sglang.max_running_requests=64, tensorrt_llm.cuda_graph_config.enable_padding=true, ...): "
                    "its default list is resolved as that server would (repeatable).")
-@click.option("--device-memory", type=click.FloatRange(min=0, min_open=True), metavar="GiB",
+@click.option("--device-memory", type=Amount(min=0, min_open=True, quantum=2**-30, quantum_said="byte"),
+              metavar="GiB",
               help="Resolve the engines' lists for a device of this much memory [default: the device planned on].")
 @click.option("--steps", type=click.IntRange(min=2), default=16, show_default=True,
               help="Decode steps per size and mode.")
 @click.option("--warmup", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--prompt-len", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Capture the chosen plan and time a sample of the traffic through it.")
-@click.option("--verify-steps", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--verify-steps", type=click.IntRange(min=1, max=MAX_TIMED_STEPS), default=200, show_default=True,
+              help="Steps of the traffic sampled and timed through the captured plan.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the plan's JSON here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a PNG of the frontier (mean step against graphs and memory) here.")
@@ -110,9 +116,9 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
     """Choose the batch sizes to capture as CUDA graphs for a traffic: measured eager and replayed
     steps per size, the exact optimum under a graph, memory and capture-time budget, set against
     vLLM's, SGLang's and TensorRT-LLM's defaults, checked by capturing it."""
-    for path in (json_path, plot_path):
-        if path:
-            check_writable(path)
+    if json_path:
+        check_writable(json_path)
+    check_plot(plot_path)
     traffic_line = describe(read_traffic(options["traffic"]))  # a bad file fails before any loading
     # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
     from graphrt.bench import plan_plot

@@ -63,10 +63,13 @@ def _run(json_path: str | None, tokenizer: Tokenizer | None, options: dict) -> N
     from graphrt.measure.nvtx import check_recording
     from graphrt.parallel import ranks
     from graphrt.run import execute, report, text
+    from graphrt.run.footprint import check_fits
 
     leader = ranks.launched_rank() == 0  # only rank 0 of a tensor-parallel run speaks
     echo = click.echo if leader else (lambda *args, **kwargs: None)
     spec = RunSpec(**options)
+    if (fit := check_fits(spec)) and leader:  # before anything is allocated
+        echo(fit, err=True)
     if json_path and leader:
         check_writable(json_path)
     if warning := check_recording():

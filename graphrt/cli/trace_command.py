@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 from tabulate import tabulate
 
+from graphrt.cli.option_types import MAX_TIMED_STEPS, Amount
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
 from graphrt.run.spec import RunSpec
@@ -43,10 +44,10 @@ def _listing(made: MadeTraces) -> str:
                 warmup_help="Leading decode steps that run before the recording")
 @click.option("--out", default="traces", show_default=True, type=click.Path(file_okay=False),
               help="Where the trace directory is made.")
-@click.option("--overhead", type=click.IntRange(min=0), is_flag=False, flag_value=OVERHEAD_STEPS,
+@click.option("--overhead", type=click.IntRange(min=0, max=MAX_TIMED_STEPS), is_flag=False, flag_value=OVERHEAD_STEPS,
               default=0, help=f"Also measure what the NVTX ranges cost an eager step: N steps "
               f"with them, N without, no profiler attached [N: {OVERHEAD_STEPS}].")
-@click.option("--timeout", type=click.FloatRange(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
+@click.option("--timeout", type=Amount(min=1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds each nsys run may take before it is killed.")
 def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> None:
     """Record the decode steps after warmup under Nsight Systems or torch.profiler into a new
@@ -60,13 +61,16 @@ def trace(profiler: str, out: str, overhead: int, timeout: float, **options) -> 
     from graphrt.trace.analysis.comparisons import compare_steps
     from graphrt.trace.analysis.steps import analyze as analyze_trace
     from graphrt.trace.present.tables import format_comparison
+    from graphrt.run.footprint import check_fits
     from graphrt.trace.record.make_traces import make_traces
 
     spec = RunSpec(**options)
+    if fit := check_fits(spec):  # before anything is allocated, here or in the recording processes
+        click.echo(fit, err=True)
     if ranks.launched():
         raise GraphrtError("graphrt trace starts its own ranks (--tp N), one launch per mode: run it "
                            "without torchrun")
-    if spec.tp > 1:
+    if (spec.tp or 1) > 1:
         launch.refuse_early(options)
         _trace_ranks(spec, profiler, Path(out), overhead)
         return

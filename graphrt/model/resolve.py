@@ -21,6 +21,8 @@ def resolve(model: str, impl: str = "auto") -> tuple[ModelConfig, Path | None]:
         raise GraphrtError(f"--impl must be one of {', '.join(IMPLEMENTATIONS)}, got {impl!r}")
     if model in PRESETS:
         return (replace(PRESETS[model], implementation="hf") if impl == "hf" else PRESETS[model]), None
+    if not model.strip():
+        raise GraphrtError(f"--model {model!r}: expected a preset ({', '.join(PRESETS)}) or a model directory")
     if "/" not in model and not Path(model).exists():
         raise GraphrtError(f"unknown model {model!r}: not a directory, and not a preset "
                            f"({', '.join(PRESETS)})")

@@ -95,7 +95,7 @@ def relaunched(options: dict[str, Any]) -> bool:
     line again on N ranks under the launcher, and say so (the command's work is done). What
     every rank would refuse alike is refused here first, in one line."""
     tp = options["tp"]
-    if tp <= 1 or launched():
+    if (tp or 1) <= 1 or launched():
         return False
     refuse_early(options)
     launch_command(sys.argv[1:], tp)  # the arguments this process was started with

@@ -76,15 +76,20 @@ def backend_for(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
+def launched_device(device_type: str) -> torch.device:
+    """The device of this process's rank: GPU `LOCAL_RANK` on CUDA (0 outside a launch), else the CPU."""
+    if device_type == "cuda":  # pragma: no mutate (CUDA only)
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device(device_type)
+
+
 def join(device_type: str) -> Ranks:
     """Join the process group the launcher set up: NCCL and GPU `LOCAL_RANK` on CUDA, gloo on CPU."""
-    world, local = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(device_type)
+    world, device = int(os.environ["WORLD_SIZE"]), launched_device(device_type)
     if device_type == "cuda":  # pragma: no mutate block (CUDA only)
-        if torch.cuda.device_count() <= local:
+        if torch.cuda.device_count() <= device.index:
             raise GraphrtError(f"--tp {world}: one GPU per rank, and this machine has "
                                f"{torch.cuda.device_count()}")
-        device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend_for(device_type), timeout=COLLECTIVE_TIMEOUT,

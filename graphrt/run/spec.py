@@ -28,8 +28,8 @@ class RunSpec:
     # token ids per row (of any lengths) instead of random ones; batch and prompt_len follow them
     prompt_ids: tuple[tuple[int, ...], ...] = ()
     lint: bool = True  # lint the step before a graph captures it (GraphBackend)
-    # tensor-parallel ranks; 0: as many as the launcher started (torchrun), else 1
-    tp: int = 0
+    # tensor-parallel ranks; None: as many as the launcher started (torchrun), else 1
+    tp: int | None = None
     # which forward: graphrt's lean step, transformers' own ("hf"), or lean where it can run the model
     impl: str = "auto"
     experts: str | None = None  # transformers' experts implementation, for a model with experts
@@ -50,7 +50,7 @@ class RunSpec:
         if not 1 <= self.warmup < self.steps:
             raise GraphrtError(f"--warmup must be at least 1 and below --steps ({self.steps}), "
                                f"got {self.warmup}")
-        if self.tp < 0:
+        if self.tp is not None and self.tp < 1:
             raise GraphrtError(f"--tp must be a positive integer, got {self.tp}")
         if self.max_seq_len < 0:
             raise GraphrtError(f"--max-seq-len must be positive, got {self.max_seq_len}")

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED
 from graphrt.trace.analysis.engine_capture import CaptureAttribution, Total, totals
+from graphrt.trace.present.text_table import cut, table
 
 
 def _us(ns: float) -> str:
@@ -40,23 +39,24 @@ def format_capture_attribution(group: str, found: list[CaptureAttribution], top:
     """One step group's replayed kernels as the capture launched them."""
     first, how = found[0], _counts(found)
     items = sum(how.values())
-    head = (f"{group}: replayed kernels attributed from {first.group.name} ({Path(first.group.source).name}) by kernel "
-            f"name over {len(found):,} step{'' if len(found) == 1 else 's'}: {1 - how[UNATTRIBUTED] / items:.1%} of "
-            f"{items:,} ({how[MATCHED]:,} matched, {how[BETWEEN]:,} between matched ones in one call, "
+    head = (f"{cut(group)}: replayed kernels attributed from {cut(first.group.name)} "
+            f"({Path(first.group.source).name}) by kernel name over {len(found):,} "
+            f"step{'' if len(found) == 1 else 's'}: {1 - how[UNATTRIBUTED] / items:.1%} of {items:,} "
+            f"({how[MATCHED]:,} matched, {how[BETWEEN]:,} between matched ones in one call, "
             f"{how[UNATTRIBUTED]:,} unattributed)")
 
-    def table(by: str, title: str) -> list[str]:
+    def by_table(by: str, title: str) -> list[str]:
         rows: list[Total] = totals(found, by)
-        cut = f" (top {top} of {len(rows)})" if len(rows) > top else ""
-        return ["", f"{title}{cut}", tabulate([(t.key, f"{t.kernels:,.1f}", _us(t.gpu_ns)) for t in rows[:top]],
-                                              headers=["", "kernels", "GPU µs"], disable_numparse=True)]
+        shown = f" (top {top} of {len(rows)})" if len(rows) > top else ""
+        return ["", f"{title}{shown}", table([(t.key, f"{t.kernels:,.1f}", _us(t.gpu_ns)) for t in rows[:top]],
+                                             headers=["", "kernels", "GPU µs"])]
 
-    out = [head, *table("op", "by the op that launched them at capture (per step)"),
-           *table("module", "by the module that launched them at capture (per step)")]
+    out = [head, *by_table("op", "by the op that launched them at capture (per step)"),
+           *by_table("module", "by the module that launched them at capture (per step)")]
     if first.group.graphs > 1:
         out += ["", "pieces (per step; layers: the decoder layers the capture's module frames name, - where none)",
-                tabulate([(p, f"{k:,.1f}", _us(ns), _layers(layers)) for p, k, ns, layers in _pieces(found)],
-                         headers=["piece", "kernels", "GPU µs", "layers"], disable_numparse=True)]
+                table([(p, f"{k:,.1f}", _us(ns), _layers(layers)) for p, k, ns, layers in _pieces(found)],
+                      headers=["piece", "kernels", "GPU µs", "layers"])]
     return "\n".join(out)
 
 

@@ -7,13 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.trace.analysis.idle import IDLE_KINDS, BetweenPieces, StepLaunchIdle
 from graphrt.trace.analysis.ledger import Fallback, LedgerRow, ledger, step_markers
 from graphrt.trace.analysis.steps import StepRecord, TraceReport
+from graphrt.trace.present.text_table import cut, table
 
-NAME_WIDTH = 48  # a marker's name is cut to this in the step table (whole in --json)
+MARKER_WIDTH = 48  # a marker's name is cut to this in the step table (whole in --json)
 
 
 @dataclass(frozen=True)
@@ -66,10 +65,10 @@ def format_markers(report: TraceReport) -> str:
 def format_ledger(rows: list[LedgerRow]) -> str:
     return "\n".join([
         "Steps by phase, mode and batch (median per step; batch: requests the marker states, ? where it does not)",
-        tabulate([(r.phase, r.mode, _batch(r.batch), f"{r.steps:,}", _us(r.wall_ns), _us(r.gpu_busy_ns),
-                   _count(r.kernels), _count(r.kernel_launches), _count(r.graph_launches)) for r in rows],
-                 headers=["phase", "mode", "batch", "steps", "step µs (CPU)", "GPU busy µs", "kernels",
-                          "kernel launches", "graph launches"], disable_numparse=True)])
+        table([(r.phase, r.mode, _batch(r.batch), f"{r.steps:,}", _us(r.wall_ns), _us(r.gpu_busy_ns),
+                _count(r.kernels), _count(r.kernel_launches), _count(r.graph_launches)) for r in rows],
+              headers=["phase", "mode", "batch", "steps", "step µs (CPU)", "GPU busy µs", "kernels",
+                       "kernel launches", "graph launches"])])
 
 
 def format_fallback(found: Fallback | None) -> str | None:
@@ -97,9 +96,8 @@ def format_steps(steps: Sequence[TraceStep], limit: int) -> str:
     rows = []
     for i, s in enumerate(steps[:limit]):
         f, li = s.record.figures, s.launch_idle
-        name = f.name if len(f.name) <= NAME_WIDTH else f.name[:NAME_WIDTH - 1] + "…"
         idle = [_us(li.idle_ns[k]) if li else "-" for k in IDLE_KINDS]
-        rows.append((i, f"{(f.start_ns - origin) / 1e6:,.3f}", name, s.record.marker.phase,
+        rows.append((i, f"{(f.start_ns - origin) / 1e6:,.3f}", cut(f.name, MARKER_WIDTH), s.record.marker.phase,
                      _batch(s.record.marker.requests), s.record.mode, _us(f.wall_ns), _count(f.graph_launches),
                      _count(f.kernel_launches), _count(f.kernels), _us(f.launch_ns), _us(f.gpu_busy_ns), *idle,
                      _piece_share(s)))
@@ -107,10 +105,9 @@ def format_steps(steps: Sequence[TraceStep], limit: int) -> str:
     return "\n".join([
         f"Step by step{more}; GPU idle between its kernels: host wait (launched after the GPU ran dry), "
         "kernel wait (back to back), other",
-        tabulate(rows, headers=["step", "start ms", "marker", "phase", "batch", "mode", "step µs", "graph launches",
-                                "kernel launches", "kernels", "launch CPU µs", "GPU busy µs",
-                                *(f"{k.replace('_', ' ')} µs" for k in IDLE_KINDS), "eager between pieces"],
-                 disable_numparse=True)])
+        table(rows, headers=["step", "start ms", "marker", "phase", "batch", "mode", "step µs", "graph launches",
+                             "kernel launches", "kernels", "launch CPU µs", "GPU busy µs",
+                             *(f"{k.replace('_', ' ')} µs" for k in IDLE_KINDS), "eager between pieces"])])
 
 
 def format_engine_steps(report: TraceReport, steps: Sequence[TraceStep], found: Fallback | None, limit: int) -> str:

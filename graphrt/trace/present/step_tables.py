@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.trace.analysis.idle import IDLE_KINDS, KERNEL_WAIT_NS, StepLaunchIdle
 from graphrt.trace.analysis.modules import ModuleTime, ReplayModules
 from graphrt.trace.analysis.names import group_name
+from graphrt.trace.present.text_table import cut, table
 
 
 def _us(ns: float | None) -> str:
@@ -51,7 +50,7 @@ def format_launch_idle(steps: Sequence[StepLaunchIdle]) -> str:
     return "\n".join([
         f"Launches and GPU idle (kernel_wait: a gap under {KERNEL_WAIT_NS / 1000:g} µs before a kernel "
         "already launched; host_wait: launched only after the GPU ran dry)",
-        tabulate(rows, headers=headers, disable_numparse=True)])
+        table(rows, headers=headers)])
 
 
 def _module_rows(rows: Sequence[ModuleTime], unit: str) -> str:
@@ -59,19 +58,19 @@ def _module_rows(rows: Sequence[ModuleTime], unit: str) -> str:
     busy = "GPU" if unit == "kernel" else "op"
     headers = ["", f"eager {what}", f"replay {what}", f"eager {busy} µs", f"replay {busy} µs",
                "eager idle before µs", "replay idle before µs", "eager µs", "replay µs", "removed µs"]
-    return tabulate([(r.key, f"{r.eager.work:,.1f}", f"{r.replay.work:,.1f}", _us(r.eager.busy_ns),
-                      _us(r.replay.busy_ns), _us(r.eager.gap_ns), _us(r.replay.gap_ns),
-                      _us(r.eager.total_ns), _us(r.replay.total_ns), _us(r.removed_ns)) for r in rows],
-                    headers=headers, disable_numparse=True)
+    return table([(r.key, f"{r.eager.work:,.1f}", f"{r.replay.work:,.1f}", _us(r.eager.busy_ns),
+                   _us(r.replay.busy_ns), _us(r.eager.gap_ns), _us(r.replay.gap_ns),
+                   _us(r.eager.total_ns), _us(r.replay.total_ns), _us(r.removed_ns)) for r in rows],
+                 headers=headers)
 
 
 def format_replay_modules(found: ReplayModules, top: int = 15) -> str:
     how = found.how
     what = "kernels" if found.unit == "kernel" else "ops"
-    against = f" against {found.eager}" if found.eager_steps else " (no eager step to set it against)"
+    against = f" against {cut(found.eager)}" if found.eager_steps else " (no eager step to set it against)"
     # "between" only arises from an alignment; a lookup by graph node finds or does not
     between = f"{how['between']:,} lying inside one module call between matched ones, " if how["between"] else ""
-    head = (f"{found.replay}{against}, module by module (per step): {found.share:.1%} of "
+    head = (f"{cut(found.replay)}{against}, module by module (per step): {found.share:.1%} of "
             f"{found.items:,} replayed {what} attributed ({how['matched']:,} by {found.method}, "
             f"{between}{how['unattributed']:,} unattributed)")
     names = found.by_name[:top]

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.trace.analysis.comparisons import Comparison
 from graphrt.trace.analysis.steps import STEP_METRICS, RangeFigures, TraceReport, shown
+from graphrt.trace.present.text_table import cut, table
 
 
 def _us(ns: float) -> str:
@@ -51,26 +50,25 @@ def format_report(report: TraceReport, top: int = 15, steps: str = "") -> str:
     markers made them: graphrt.trace.present.step_ledger), then one table per kind of figure."""
     out = [_describe(report), *report.notes, *(["", steps] if steps else [])]
     if report.devices:
-        out += ["", "Kernels per device", tabulate(
+        out += ["", "Kernels per device", table(
             [(d.device, _count(d.kernels), _us(d.kernel_ns), _us(d.busy_ns), _us(d.span_ns))
              for d in report.devices],
-            headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"],
-            disable_numparse=True)]
+            headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"])]
     if report.step_groups and not report.engine_steps:  # an engine's steps are in `steps`, by row
         # one column per step group, one row per metric that is not zero everywhere
         rows = [(_titled(title, unit), *(_metric(unit, g.medians[key]) for g in report.step_groups))
                 for key, title, unit in STEP_METRICS
                 if any(shown(g.medians[key]) for g in report.step_groups)]
         headers = ["median per step", *(f"{g.name} ({len(g.steps)} steps)" for g in report.step_groups)]
-        out += ["", "Decode steps", tabulate(rows, headers=headers, disable_numparse=True)]
+        out += ["", "Decode steps", table(rows, headers=headers)]
     with_ops = any(f.cpu_ops for f in report.by_name)
 
     def range_rows(rows: list[RangeFigures], first: str, domain: bool) -> str:
         headers = [first, *(["domain"] if domain else []), "ranges", "total µs", "mean µs",
                    "kernels", "GPU µs", *(["CPU ops"] if with_ops else [])]
-        return tabulate([(f.key, *([f.domain] if domain else []), f.count, _us(f.total_ns),
-                          _us(f.mean_ns), _metric("count", f.kernels), _metric("ns", f.gpu_ns), *([f.cpu_ops] if with_ops else []))
-                         for f in rows], headers=headers, disable_numparse=True)
+        return table([(f.key, *([f.domain] if domain else []), f.count, _us(f.total_ns),
+                       _us(f.mean_ns), _metric("count", f.kernels), _metric("ns", f.gpu_ns), *([f.cpu_ops] if with_ops else []))
+                      for f in rows], headers=headers)
 
     if any(f.key != "other" for f in report.by_kind):  # only "other": no module ranges to sort
         out += ["", "Ranges by module kind (outermost range of each kind)",
@@ -91,8 +89,8 @@ def format_comparison(comparison: Comparison) -> str:
         removed = None if a is None or b is None else a - b
         share = f"{removed / a:.0%}" if removed is not None and a else "-"
         rows.append((_titled(title, unit), _metric(unit, a), _metric(unit, b), _metric(unit, removed), share))
-    return "\n".join([f"{comparison.other} against {comparison.baseline} (median per step)",
-                      tabulate(rows, disable_numparse=True, headers=[
+    return "\n".join([f"{cut(comparison.other)} against {cut(comparison.baseline)} (median per step)",
+                      table(rows, headers=[
                           "", comparison.baseline, comparison.other, "removed", "removed %"])])
 
 
