@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from graphrt.backends.choices import default_buckets, expand_modes
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
-from graphrt.model.config import ModelConfig, resolve
+from graphrt.model.config import ModelConfig
+from graphrt.model.resolve import resolve
 from graphrt.parallel import ranks
 from graphrt.run.decode import LOGITS_BUDGET_BYTES
 from graphrt.run.device import resolve_device, resolve_dtype
