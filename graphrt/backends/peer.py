@@ -23,6 +23,7 @@ from graphrt.backends.base import Backend
 from graphrt.errors import GraphrtError
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.model.hf_causal import transformers_twin
 
 NAME = "hf"
 
@@ -47,20 +48,8 @@ class PeerBackend(Backend):
 
     def __init__(self, model: Qwen2ForCausalLM):
         super().__init__(model)
-        import transformers
-
-        device = model.lm_head.weight.device
-        hf_config = transformers.AutoConfig.for_model(**model.config.to_hf_dict())
-        with torch.device("meta"):
-            hf = transformers.AutoModelForCausalLM.from_config(hf_config)
-        hf.load_state_dict(model.state_dict(), assign=True)
-        with torch.device(device):
-            hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config)
-        left = [n for n, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
-        if left:
-            raise RuntimeError(f"HF peer: tensors left on the meta device: {', '.join(left)}")
-        self.hf = hf.eval()
-        self.attn_implementation = hf.config._attn_implementation
+        self.hf = transformers_twin(model)
+        self.attn_implementation = self.hf.config._attn_implementation
         self.cache = None
 
     def _logits(self, tokens: torch.Tensor) -> torch.Tensor:

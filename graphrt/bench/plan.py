@@ -158,6 +158,10 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     `say(done, total, label)` hears of the measuring as it goes, from the first size on."""
     traffic = read_traffic(options["traffic"])
     config, _ = resolve(options["model"])
+    if not config.lean:
+        raise GraphrtError(f"--model {options['model']}: {config.name} runs on transformers' StaticCache, which "
+                           "holds one batch size, and plan captures every size on one cache: it measures "
+                           "graphrt's own step (the qwen2, qwen3 and llama families) only")
     device_facts, device_said = served_on(resolve_device(options["device"]), options["device_memory"])
     resolved = engine_lists(options["engine_setting"], device_facts, config.max_position_embeddings)
     lists = _lists(traffic, resolved, options["check"])

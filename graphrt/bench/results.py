@@ -85,9 +85,10 @@ def _distribution(samples: list[float]) -> dict[str, float]:
     return {"median": s.median, "p10": s.p10, "p90": s.p90, "mean": s.mean, "n": s.n}
 
 
-def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, limits: Ceilings,
+def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost | None, limits: Ceilings,
                 batch: int, max_spread: float, peak_allocated: int | None) -> dict[str, Any]:
-    """One mode at one point: its repeats pooled into one distribution, and its roofline."""
+    """One mode at one point: its repeats pooled into one distribution, and its roofline (None
+    where the step's cost is not known: a model on transformers' forward outside the lean families)."""
     samples = [ms for run in runs for ms in run.step_ms]
     stats = Stats.of(samples)
     return {
@@ -104,7 +105,7 @@ def mode_record(runs: list[Generation], prepare: PrepareReport, cost: StepCost, 
         "graph_memory_bytes": prepare.memory_bytes,
         "peak_allocated_bytes": peak_allocated,
         "notes": prepare.notes,
-        "roofline": roofline(cost, stats.median / 1e3, limits).to_dict(),
+        "roofline": None if cost is None else roofline(cost, stats.median / 1e3, limits).to_dict(),
     }
 
 
@@ -197,11 +198,16 @@ def header(doc: dict[str, Any]) -> list[str]:
         + ("" if peak is None else f" · datasheet {peak['name']}: {hardware.rate(peak['bandwidth'], 'B/s')}, "
            f"{hardware.rate(peak['bf16_flops'], 'FLOP/s')} dense bf16 ({peak['source']})"),
     ]
-    if doc["points"]:
-        r = next(iter(doc["points"][0]["modes"].values()))["roofline"]
+    known = [m["roofline"] for p in doc["points"] for m in p["modes"].values() if m["roofline"]]
+    if known:
+        r = known[0]
         lines.append(f"roofline against {r['bandwidth_source']} bandwidth and {r['flops_source']} "
                      f"FLOP/s: ridge at {r['ridge']:.3g} FLOP/byte")
     return lines
+
+
+# a roofline's fields where its cost is not known: shown as "-"
+_NO_ROOFLINE = {"achieved_bandwidth": None, "bandwidth_share": None, "intensity": None, "bound": None}
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -211,7 +217,7 @@ def table(doc: dict[str, Any]) -> str:
     rows = []
     for p in doc["points"]:
         for mode, m in p["modes"].items():
-            t, r = m["step_ms"], m["roofline"]
+            t, r = m["step_ms"], m["roofline"] or _NO_ROOFLINE
             rows.append([
                 p["model"], p.get("tp", 1), p["batch"], p["context"], mode, _g(t["median"]), _g(t["p10"]),
                 _g(t["p90"]), f"{m['spread']:.2f}" + (" !" if m["wide"] else ""),
@@ -220,8 +226,8 @@ def table(doc: dict[str, Any]) -> str:
                 _g(m["host_ms"]["median"]), m["ops_per_step"],
                 *([m["host_launches_per_step"], m.get("graph_launches_per_step"), m.get("copies_per_step")]
                   if cuda else []),
-                _g(m["tokens_per_s"]), _g(r["achieved_bandwidth"] / 1e9),
-                _g(100 * r["bandwidth_share"], ".1f"), _g(r["intensity"]), r["bound"],
+                _g(m["tokens_per_s"]), _g(r["achieved_bandwidth"] and r["achieved_bandwidth"] / 1e9),
+                _g(r["bandwidth_share"] and 100 * r["bandwidth_share"], ".1f"), _g(r["intensity"]), r["bound"],
             ])
     headers = ["model", "tp", "batch", "context", "mode", "ms p50", "p10", "p90", "spread", "vs eager",
                *(["vs hf"] if peer else []), "host ms",

@@ -41,8 +41,9 @@ from graphrt.bench.scenario import Point, Scenario
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
 from graphrt.measure.roofline import Ceilings, ceilings, step_cost
-from graphrt.model.resolve import resolve
+from graphrt.model.config import FAMILIES
 from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.model.resolve import resolve
 from graphrt.model.sharding import rank_shapes, split
 from graphrt.parallel import launch, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
@@ -86,9 +87,13 @@ class Sweep:
         if self.device.type == "cuda" and max(scenario.tp) > torch.cuda.device_count():  # pragma: no mutate (CUDA only)
             raise GraphrtError(f"{where}: tp {max(scenario.tp)}: one GPU per rank, and this machine "  # pragma: no mutate
                                f"has {torch.cuda.device_count()}")  # pragma: no mutate (CUDA only)
+        self.transformers_models: set[str] = set()  # run on transformers' forward: no peer, no roofline
         for name in scenario.models:  # fail before the first point, not in the middle
             config, _ = resolve(name)
+            if not config.lean:
+                self.transformers_models.add(name)
             for tp in scenario.tp:
+                launch.refuse_transformers(config, tp)
                 try:
                     split(config, 0, tp)
                 except GraphrtError as e:
@@ -110,7 +115,9 @@ class Sweep:
         return sum(len(self._modes(p)) * self.scenario.repeats + 1 for p in self.points)
 
     def _modes(self, point: Point) -> tuple[str, ...]:
-        return self.scenario.modes if point.tp > 1 else self.modes
+        """The peer is transformers' eager step beside graphrt's: none where the model runs on
+        transformers' forward already, or under tp."""
+        return self.scenario.modes if point.tp > 1 or point.model in self.transformers_models else self.modes
 
     def run(self, on_measure: Callable[[str], None] | None = None,
             on_point: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -268,18 +275,18 @@ class Sweep:
         modes = {}
         for b in backends:
             rows = b.bucket(point.batch) if isinstance(b, GraphBackend) else point.batch
+            cost = step_cost(shapes, rows, seq_len, self.dtype.itemsize) if shapes.model_type in FAMILIES else None
             modes[b.name] = results.mode_record(
-                runs[b.name], prepared[b.name], step_cost(shapes, rows, seq_len, self.dtype.itemsize),
+                runs[b.name], prepared[b.name], cost,
                 limits, point.batch, s.max_spread, peaks[b.name] if cuda else None)
         return (results.point_record(point, s, seq_len, memory, modes, runs,
                                      tokens_comparable=point.context == s.prompt_len),
                 {b.name: runs[b.name][0] for b in backends})
 
     def _memory(self, model: Qwen2ForCausalLM, after_load: dict[str, int] | None) -> dict[str, Any]:
-        caches = [layer.self_attn.cache for layer in model.model.layers]
         memory: dict[str, Any] = {
             "parameter_bytes": _tensor_bytes(model.parameters()),
-            "cache_bytes": _tensor_bytes([t for c in caches for t in (c.k, c.v)]),
+            "cache_bytes": _tensor_bytes(model.kv_cache_tensors()),
         }
         if after_load is None:
             memory["note"] = "CPU allocator peaks are not measured"

@@ -306,6 +306,10 @@ class Qwen2ForCausalLM(nn.Module):
         positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
         return self(tokens, positions)
 
+    def kv_cache_tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the KV cache: each layer's K and V."""
+        return [t for layer in self.model.layers for t in (layer.self_attn.cache.k, layer.self_attn.cache.v)]
+
     def seek(self, position: int) -> None:
         """Nothing to move: the step writes the cache at its `positions` input. (A model whose
         cache keeps its own write position moves it here: graphrt.model.hf_causal.)"""

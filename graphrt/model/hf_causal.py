@@ -91,6 +91,10 @@ class HFCausalLM(nn.Module):
             self.prefill(torch.zeros(max_batch, 1, dtype=torch.long, device=self.device))
             self.cache.reset()  # in place: the tensors keep their addresses
 
+    def kv_cache_tensors(self) -> list[torch.Tensor]:
+        """Every tensor the StaticCache holds keys and values in."""
+        return [t for layer in self.cache.layers for t in (layer.keys, layer.values)]
+
     def seek(self, position: int) -> None:
         """Put every layer's write position at `position` (between steps, never inside one)."""
         for layer in self.cache.layers:
@@ -181,19 +185,26 @@ def load_transformers(config: ModelConfig, path: Path, device: torch.device, dty
     return HFCausalLM(hf.to(device).eval().requires_grad_(False), config)
 
 
-def from_lean(model: nn.Module, config: ModelConfig, experts: str | None = None) -> HFCausalLM:
-    """transformers' model of a lean family's config on the lean model's very tensors (`--impl hf`
-    on a preset): no memory spent twice, a tied matrix stays one tensor. `config` is the run's."""
-    transformers = transformers_module(config)
+def transformers_twin(model: nn.Module) -> nn.Module:
+    """transformers' model of a lean family's config on the lean `model`'s very tensors: no memory
+    spent twice, a tied matrix stays one tensor. The rotary table, a buffer outside the
+    state_dict, is rebuilt on the device."""
+    transformers = transformers_module(model.config)
     hf_config = transformers.AutoConfig.for_model(**model.config.to_hf_dict())
     device = model.lm_head.weight.device
     with torch.device("meta"):
         hf = transformers.AutoModelForCausalLM.from_config(hf_config)
     hf.load_state_dict(model.state_dict(), assign=True)
-    with torch.device(device):  # the rotary table is a buffer outside the state_dict
+    with torch.device(device):
         hf.model.rotary_emb = type(hf.model.rotary_emb)(hf.config)
     left = [n for n, t in (*hf.named_parameters(), *hf.named_buffers()) if t.is_meta]
     if left:
         raise GraphrtError(f"transformers' {type(hf).__name__}: tensors left on the meta device: "
                            f"{', '.join(left)}")
-    return HFCausalLM(_with_experts(hf, config, experts).eval().requires_grad_(False), config)
+    return hf.eval().requires_grad_(False)
+
+
+def from_lean(model: nn.Module, config: ModelConfig, experts: str | None = None) -> HFCausalLM:
+    """`--impl hf` on a preset: transformers' forward on the lean model's weights
+    (`transformers_twin`); `config` is the run's."""
+    return HFCausalLM(_with_experts(transformers_twin(model), config, experts), config)

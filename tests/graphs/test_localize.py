@@ -197,8 +197,9 @@ def deep_run(monkeypatch):
     from graphrt.run import execute
 
     planted = []
-    resolve, build = execute.resolve, execute.build_model
-    monkeypatch.setattr(execute, "resolve", lambda name: (replace(resolve(name)[0], num_hidden_layers=LAYERS), None))
+    resolve, build = execute.resolve, execute.load_model
+    monkeypatch.setattr(execute, "resolve",
+                        lambda name, impl="auto": (replace(resolve(name, impl)[0], num_hidden_layers=LAYERS), None))
 
     def build_and_plant(*args, **kwargs):
         model = build(*args, **kwargs)
@@ -206,7 +207,7 @@ def deep_run(monkeypatch):
             plant(model)
         return model
 
-    monkeypatch.setattr(execute, "build_model", build_and_plant)
+    monkeypatch.setattr(execute, "load_model", build_and_plant)
     return planted.append
 
 
