@@ -1,10 +1,14 @@
 """How sure a plan's comparisons are: each list's "vs chosen" with the uncertainty of the figures
 it rests on, and whether the figures can choose at all.
 
-The per-size figures are medians of round medians (graphrt.bench.size_rounds). A replicate
-resamples every measured size's round medians, per mode and with replacement, takes their
-medians, interpolates the sizes between as the plan does, and costs every list over the traffic
-on those figures. A list's "vs chosen" is its mean step over the chosen plan's in the same
+The per-size figures are medians of round medians (graphrt.bench.size_rounds). How far a round
+median strays from its figure is the machine's doing (a busy stretch slows any size alike), not
+the size's: three rounds of one size that happen to agree do not make it known to the
+microsecond while every other size's rounds stray by a fifth. So the strays are pooled: each
+round median over its figure, of every size and mode. A replicate redraws every measured
+figure as itself times the median of as many pooled strays as it has rounds (drawn with
+replacement), interpolates the sizes between as the plan does, and costs every list over the
+traffic on those figures. A list's "vs chosen" is its mean step over the chosen plan's in the same
 replicate, less one, so a size both lists replay weighs on both alike; its interval is the
 central LEVEL of the replicates. An interval that holds 0 is no measurable difference: the
 figures cannot rank the two lists.
@@ -88,20 +92,26 @@ def _line(values: dict[int, float], top: int) -> tuple[int, ...]:
 
 
 def replicates(problem: Problem, measured: dict[int, SizeFigures]) -> list[Problem] | None:
-    """`problem` with its step figures redrawn from the rounds, REPLICATES times (seeded); None
-    where a measured size has no rounds."""
+    """`problem` with its step figures redrawn from the pooled strays of the rounds (see the
+    module), REPLICATES times (seeded); None where a measured size has no rounds."""
     sizes = sorted(measured)
     if not all(measured[b].has_rounds for b in sizes):
         return None
     groups = [g for b in sizes for g in (measured[b].eager_rounds_ms, measured[b].graph_rounds_ms)]
+    figures = [robust.median(g) for g in groups]
+    strays = [ms / figure for g, figure in zip(groups, figures) for ms in g]  # in the groups' order
 
     def redrawn(resampled: list[list[float]]) -> Problem:
-        medians = [robust.median(g) for g in resampled]
-        eager = dict(zip(sizes, medians[0::2]))
-        graph = dict(zip(sizes, medians[1::2]))
+        # one draw of len(strays) pooled strays, cut into as many as each figure has rounds
+        drawn, start, redrawn_ms = resampled[0], 0, []
+        for g, figure in zip(groups, figures):
+            redrawn_ms.append(figure * robust.median(drawn[start:start + len(g)]))
+            start += len(g)
+        eager = dict(zip(sizes, redrawn_ms[0::2]))
+        graph = dict(zip(sizes, redrawn_ms[1::2]))
         return replace(problem, eager_ns=_line(eager, problem.size), graph_ns=_line(graph, problem.size))
 
-    return robust.bootstrap(groups, redrawn, size_rounds.REPLICATES, size_rounds.SEED)
+    return robust.bootstrap([strays], redrawn, size_rounds.REPLICATES, size_rounds.SEED)
 
 
 def compare(problem: Problem, measured: dict[int, SizeFigures], chosen: tuple[int, ...],

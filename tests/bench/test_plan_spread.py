@@ -33,8 +33,8 @@ def figures(eager: dict[int, tuple[float, ...]], graph: dict[int, tuple[float, .
     return out
 
 
-def compare(measured, chosen, lists):
-    problem = problem_for(interpolate(measured, 4), TRAFFIC)
+def compare(measured, chosen, lists, traffic=TRAFFIC):
+    problem = problem_for(interpolate(measured, 4), traffic)
     return plan_spread.compare(problem, measured, chosen, lists)
 
 
@@ -61,14 +61,23 @@ def test_a_difference_inside_the_figures_noise_is_no_measurable_difference():
 
 
 def test_a_size_both_lists_replay_weighs_on_both_alike_and_widens_no_comparison():
-    # batch 4's replay is very noisy, and both lists run batches 3 and 4 through it: their
-    # difference (batch 1 through its own graph, or padded to 2) is known as well as the steady
-    # replays of batches 1 and 2
-    measured = figures({}, {4: NOISE})
-    (other,), verdict = compare(measured, (1, 2, 4), [((2, 4), True)])
+    # most steps are batch 4's, whose replay both lists run: their difference is batch 1's few
+    # steps, through its own graph or padded to 2, and the noise of batch 4 cancels out of it
+    measured = figures({b: NOISE for b in range(1, 5)}, {b: NOISE for b in range(1, 5)})
+    (other,), verdict = compare(measured, (1, 2, 4), [((2, 4), True)], traffic={1: 5, 2: 5, 4: 90})
     low, high = other.interval
-    assert 0 < low <= high < verdict.chosen_reach  # its own mean is far less sure than the difference
-    assert other.measurable
+    assert verdict.chosen_reach > 0.05  # the chosen plan's own mean step is this unsure
+    assert high - low < verdict.chosen_reach / 5  # its difference from the other, far less
+
+
+def test_figures_whose_few_rounds_agree_by_chance_still_carry_the_machines_noise():
+    # the replays of batches 3 and 4 happened to time alike in every round, while every other
+    # figure's rounds strayed by up to 30 %: two lists that differ by those two replays alone
+    # (batch 3's steps through its own graph, or padded to 4) are not ranked on their luck
+    measured = figures({b: NOISE for b in range(1, 5)}, {1: NOISE, 2: NOISE})
+    (other,), _ = compare(measured, (4,), [((3, 4), True)], traffic={3: 100})
+    assert other.ratio == pytest.approx(0.53 / 0.54 - 1, abs=1e-6)  # on the figures themselves
+    assert other.interval[0] < 0 < other.interval[1] and not other.measurable
 
 
 def test_the_same_list_as_the_chosen_one_is_no_difference_at_all():
