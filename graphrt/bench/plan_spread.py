@@ -52,7 +52,7 @@ class VsChosen:
 
 @dataclass(frozen=True)
 class Verdict:
-    rounds: int  # the fewest rounds any measured figure rests on
+    rounds: int  # the most rounds any measured figure rests on (extra rounds included)
     chosen_reach: float | None  # how far the chosen plan's interval reaches from its mean; None: unknown
 
     @property
@@ -67,9 +67,10 @@ class Verdict:
                     "the lists are beyond noise is unknown; measure again to know")
         if not self.noisy:
             return None
-        needed = math.ceil(self.rounds * (self.chosen_reach / NOISY) ** 2)
+        # an interval narrows as the square root of the rounds; and more than any figure had
+        needed = max(math.ceil(self.rounds * (self.chosen_reach / NOISY) ** 2), self.rounds + 1)
         return (f"the machine is too noisy to choose: the chosen plan's mean step is known only to "
-                f"±{self.chosen_reach:.1%} ({level} interval, figures of {self.rounds} rounds or more; a choice needs "
+                f"±{self.chosen_reach:.1%} ({level} interval, figures of up to {self.rounds} rounds; a choice needs "
                 f"±{NOISY:.0%}): plan on an idle machine, or with --rounds {needed} or more")
 
     def as_dict(self) -> dict:
@@ -122,7 +123,7 @@ def compare(problem: Problem, measured: dict[int, SizeFigures], chosen: tuple[in
     drawn = replicates(problem, measured)
     if drawn is None:
         return [VsChosen(r, None) for r in ratios], Verdict(0, None)
-    rounds = min(len(g) for f in measured.values() for g in (f.eager_rounds_ms, f.graph_rounds_ms))
+    rounds = max(len(g) for f in measured.values() for g in (f.eager_rounds_ms, f.graph_rounds_ms))
     chosen_totals = [evaluate(p, chosen).total_ns for p in drawn]
     intervals = [robust.interval([evaluate(p, sizes, padding).total_ns / c - 1
                                   for p, c in zip(drawn, chosen_totals)], size_rounds.LEVEL)

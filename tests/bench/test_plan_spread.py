@@ -90,7 +90,7 @@ def test_a_machine_too_noisy_to_choose_says_so_and_the_rounds_it_would_need():
     measured = figures({b: NOISE for b in range(1, 5)}, {b: NOISE for b in range(1, 5)})
     (eager,), verdict = compare(measured, (4,), [((), True)])
     assert verdict.noisy and verdict.chosen_reach > plan_spread.NOISY
-    needed = math.ceil(4 * (verdict.chosen_reach / plan_spread.NOISY) ** 2)
+    needed = max(math.ceil(4 * (verdict.chosen_reach / plan_spread.NOISY) ** 2), 5)  # more than it had
     said = verdict.describe()
     assert said.startswith("the machine is too noisy to choose: the chosen plan's mean step is known only to ±")
     assert said.endswith(f"plan on an idle machine, or with --rounds {needed} or more")
@@ -121,3 +121,10 @@ def test_the_intervals_are_the_same_every_time_for_the_same_rounds():
     measured = figures({b: NOISE for b in range(1, 5)}, {1: NOISE})
     assert compare(measured, (2, 4), [((1, 4), True), ((), True)]) == compare(measured, (2, 4), [((1, 4), True),
                                                                                                    ((), True)])
+
+
+def test_the_rounds_a_noisy_machine_would_need_are_always_more_than_its_figures_had():
+    barely = plan_spread.Verdict(rounds=8, chosen_reach=plan_spread.NOISY * 1.02)
+    assert barely.noisy and barely.describe().endswith("--rounds 9 or more")
+    far = plan_spread.Verdict(rounds=4, chosen_reach=plan_spread.NOISY * 2)
+    assert far.describe().endswith("--rounds 16 or more")  # an interval narrows as 1/sqrt(rounds)
