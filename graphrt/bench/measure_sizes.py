@@ -5,13 +5,15 @@ step, so that no size's figures pay for what a process does once (the cuBLAS han
 loaded kernels, attention's set-up) and none depends on the order of measuring. Then every
 size's graph is captured largest first into one pool (`GraphBackend.prepare`, as a server
 captures its list), which gives each graph's increment to a pool larger graphs filled and its
-capture time; then each size decodes eagerly and through its graph (`run.decode`: the steps after
-warmup, each from an idle device, `DRAINED`), in two rounds, eager first then replayed first, so
-that a machine that slows down in between weighs on both modes alike (as `graphrt bench`
-interleaves its modes).
+capture time. Then the steps are timed in interleaved rounds (graphrt.bench.size_rounds: every
+size and mode a few steps a round, each a decode through `run.decode` after warmup, each step
+from an idle device, `DRAINED`), so that a stretch a busy machine loses falls on one round, and
+its outliers are left out by name.
+
 On CUDA each size but the largest is also captured alone into a fresh pool, for what it costs
 as the first (largest) graph of a plan; a tape keeps its own tensors whatever the pool, so there
-the two are one figure (graphrt.bench.optimize states the model). Sizes between grid points are interpolated linearly and say so.
+the two are one figure (graphrt.bench.optimize states the model). Sizes between grid points are
+interpolated linearly and say so.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import torch
 from graphrt.backends.base import Backend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
+from graphrt.bench import size_rounds
 from graphrt.errors import GraphrtError
 from graphrt.graphs import graph_kind
 from graphrt.measure.nvtx import nvtx_range
-from graphrt.measure.stats import Stats
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.run.decode import decode, random_prompt
 
@@ -54,6 +56,19 @@ class SizeFigures:
     first_graph_bytes: int  # ... into an empty pool, as a plan's largest graph
     first_capture_s: float
     measured: bool  # False: interpolated between the measured sizes around it
+    # measured sizes: each round's median step, and the steps left out as outliers, per mode
+    # (graphrt.bench.size_rounds); empty where interpolated, or read from a plan made before rounds
+    eager_rounds_ms: tuple[float, ...] = ()
+    graph_rounds_ms: tuple[float, ...] = ()
+    eager_outliers_ms: tuple[float, ...] = ()
+    graph_outliers_ms: tuple[float, ...] = ()
+
+    @property
+    def has_rounds(self) -> bool:
+        return bool(self.eager_rounds_ms and self.graph_rounds_ms)
+
+
+ROUND_FIELDS = ("eager_rounds_ms", "graph_rounds_ms", "eager_outliers_ms", "graph_outliers_ms")
 
 
 def grid(top: int, spec: str, keep: Iterable[int] = ()) -> tuple[int, ...]:
@@ -94,17 +109,9 @@ def _alone(model: Qwen2ForCausalLM, sizes: tuple[int, ...]) -> dict[int, tuple[i
     return found
 
 
-def _interleaved(eager: Backend, graphs: Backend, prompt: torch.Tensor, steps: int,
-                 warmup: int) -> tuple[Stats, Stats]:
-    """Each mode's step times over two rounds (eager, replayed; replayed, eager), each round
-    `warmup` untimed steps and half of `steps` - `warmup` timed ones, rounded up."""
-    per_round = max(1, (steps - warmup + 1) // 2)
-    samples: dict[Backend, list[float]] = {eager: [], graphs: []}
-    for order in ((eager, graphs), (graphs, eager)):
-        for backend in order:
-            samples[backend] += decode(backend, prompt, warmup + per_round, warmup, keep_logits=False,
-                                       drained=DRAINED).step_ms
-    return Stats.of(samples[eager]), Stats.of(samples[graphs])
+def per_round(steps: int, warmup: int, rounds: int) -> int:
+    """Timed steps per size, mode and round: `steps` - `warmup` over the rounds, rounded up."""
+    return max(1, -(-(steps - warmup) // rounds))
 
 
 def _first_steps(model: Qwen2ForCausalLM, sizes: tuple[int, ...], position: int,
@@ -123,12 +130,13 @@ def _first_steps(model: Qwen2ForCausalLM, sizes: tuple[int, ...], position: int,
 
 
 def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup: int,
-            prompt_len: int, seed: int = 0,
+            prompt_len: int, seed: int = 0, rounds: int = size_rounds.ROUNDS,
             on_measure: Callable[[int, int, str], None] | None = None) -> dict[int, SizeFigures]:
-    """Figures of every size in `sizes` (ascending), measured on `model`. `on_measure(done,
-    total, label)` hears of each part as it starts: each size's first step, the captures, then
-    each size's timing."""
-    total = 2 * len(sizes) + 1
+    """Figures of every size in `sizes` (ascending), measured on `model` in `rounds` rounds
+    (and up to as many extra ones). `on_measure(done, total, label)` hears of each part as it
+    starts: each size's first step, the captures, then each round (the total counts every extra
+    round that may run)."""
+    total = len(sizes) + 1 + 2 * rounds
     say = on_measure or (lambda done, total, label: None)
     device = model.lm_head.weight.device
     model.setup_cache(sizes[-1], prompt_len + steps)
@@ -139,14 +147,22 @@ def measure(model: Qwen2ForCausalLM, sizes: tuple[int, ...], steps: int, warmup:
     prepared = graphs.prepare(sizes[-1])
     eager = EagerBackend(model)
     prompt = random_prompt(sizes[-1], prompt_len, model.config.vocab_size, seed)
+    backends: dict[str, Backend] = {"eager": eager, "graph": graphs}
+
+    def time_block(bs: int, mode: str, timed: int) -> list[float]:
+        return decode(backends[mode], prompt[:bs], warmup + timed, warmup, keep_logits=False,
+                      drained=DRAINED).step_ms
+
+    timed = size_rounds.run_rounds(sizes, time_block, rounds, per_round(steps, warmup, rounds),
+                                   lambda index, label: say(len(sizes) + 1 + index, total, label))
     figures = {}
-    for done, bs in enumerate(sizes, len(sizes) + 1):
-        say(done, total, f"batch {bs}")
-        e, g = _interleaved(eager, graphs, prompt[:bs], steps, warmup)
+    for bs in sizes:
+        e, g = timed[bs, "eager"], timed[bs, "graph"]
         shared = (prepared.buckets[bs]["pool_bytes"], prepared.capture_seconds[bs])
         first = alone.get(bs, shared)
-        figures[bs] = SizeFigures(bs, e.median, e.p10, e.p90, g.median, g.p10, g.p90,
-                                  *shared, *first, measured=True)
+        figures[bs] = SizeFigures(bs, e.median, e.p10, e.p90, g.median, g.p10, g.p90, *shared, *first,
+                                  measured=True, eager_rounds_ms=e.round_medians, graph_rounds_ms=g.round_medians,
+                                  eager_outliers_ms=e.outliers, graph_outliers_ms=g.outliers)
     del graphs
     _free(device)
     return figures
@@ -164,16 +180,22 @@ def interpolate(measured: dict[int, SizeFigures], top: int) -> list[SizeFigures]
         if b in measured:
             out.append(measured[b])
             continue
-        lo = max(p for p in points if p < b)
-        hi = min(p for p in points if p > b)
-        t = (b - lo) / (hi - lo)
+        lo, hi, t = between(points, b)
         a, z = asdict(measured[lo]), asdict(measured[hi])
         mixed = {f.name: a[f.name] + t * (z[f.name] - a[f.name]) for f in fields(SizeFigures)
-                 if f.name not in ("batch", "measured")}
+                 if f.name not in ("batch", "measured", *ROUND_FIELDS)}
         for name in ("graph_bytes", "first_graph_bytes"):
             mixed[name] = round(mixed[name])
         out.append(SizeFigures(batch=b, measured=False, **mixed))
     return out
+
+
+def between(points: list[int], b: int) -> tuple[int, int, float]:
+    """The measured sizes on either side of `b` (not itself measured, inside `points`, sorted)
+    and how far along from the lower to the upper it lies (0..1)."""
+    lo = max(p for p in points if p < b)
+    hi = min(p for p in points if p > b)
+    return lo, hi, (b - lo) / (hi - lo)
 
 
 def to_records(figures: list[SizeFigures]) -> list[dict]:
@@ -181,13 +203,14 @@ def to_records(figures: list[SizeFigures]) -> list[dict]:
 
 
 def from_records(records: list[dict], source: str) -> dict[int, SizeFigures]:
-    """The measured sizes of an earlier plan's `per_size`; a malformed entry is refused."""
+    """The measured sizes of an earlier plan's `per_size` (one made before rounds has no round
+    fields: its figures' uncertainty is then unknown); a malformed entry is refused."""
     names = {f.name for f in fields(SizeFigures)}
     found = {}
     for i, record in enumerate(records):
-        if not isinstance(record, dict) or set(record) != names:
+        if not isinstance(record, dict) or not names - set(ROUND_FIELDS) <= set(record) <= names:
             raise GraphrtError(f"{source}: per_size[{i}]: expected the fields {', '.join(sorted(names))}")
-        figure = SizeFigures(**record)
+        figure = SizeFigures(**{**record, **{k: tuple(record.get(k, ())) for k in ROUND_FIELDS}})
         if figure.measured:
             found[figure.batch] = replace(figure)
     if not found:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from graphrt.backends.choices import default_buckets
-from graphrt.bench import engines, measure_sizes, plan_check, plan_fit, plan_report
+from graphrt.bench import engines, measure_sizes, plan_check, plan_fit, plan_report, plan_spread
 from graphrt.bench.engine_lists import EngineList, ServedOn, engine_lists
 from graphrt.bench.optimize import Budget, choose, evaluate
 from graphrt.bench.results import versions
@@ -30,8 +30,10 @@ from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.spec import RunSpec
 
-FORMAT = "graphrt-plan/3"  # 3: engines' lists as their servers resolve them (engines, served_on)
-MEASUREMENTS_FROM = ("graphrt-plan/1", "graphrt-plan/2", FORMAT)  # their per_size is the same
+# 4: per-size rounds and outliers, each row's vs_chosen with its interval, the verdict
+FORMAT = "graphrt-plan/4"
+# per_size is the same in all (before 4 without rounds, whose figures' uncertainty is then unknown)
+MEASUREMENTS_FROM = ("graphrt-plan/1", "graphrt-plan/2", "graphrt-plan/3", FORMAT)
 GIB = 1 << 30
 
 
@@ -182,7 +184,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
             options["measurements"])
     else:
         measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
-                                         spec.seed, on_measure=say)
+                                         spec.seed, options["rounds"], on_measure=say)
     figures = measure_sizes.interpolate(measured, top)
     problem = plan_report.problem_for(figures, traffic)
     budget = Budget(options["max_graphs"],
@@ -194,11 +196,14 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     rows = [plan_report.Row("chosen", chosen),
             *(_baseline(figures, traffic, listed) for listed in lists),
             plan_report.Row("all eager", evaluate(problem, ()))]
+    compared, verdict = plan_spread.compare(problem, measured, chosen.sizes,
+                                            [(r.plan.sizes, r.padding) for r in rows[1:]])
     doc: dict[str, Any] = {
         "format": FORMAT, "model": config.name, "device": device.type, "dtype": dtype_name,
         "machine": hardware.describe(device), "versions": versions(),
         "graphs": "cuda" if device.type == "cuda" else "tape",
-        "timing": {"steps": spec.steps, "warmup": spec.warmup, "prompt_len": spec.prompt_len},
+        "timing": {"steps": spec.steps, "warmup": spec.warmup, "prompt_len": spec.prompt_len,
+                   "rounds": options["rounds"]},
         "traffic": {str(b): n for b, n in traffic.items()},
         "budget": {"max_graphs": options["max_graphs"], "memory_mib": options["memory"],
                    "capture_seconds": options["capture_seconds"]},
@@ -207,7 +212,8 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
         "engines": [_engine_record(listed, traffic) for listed in resolved],
         "per_size": measure_sizes.to_records(figures),
         "chosen": plan_report.row_dict(rows[0]),
-        "baselines": [plan_report.row_dict(r) for r in rows[1:]],
+        "baselines": [{**plan_report.row_dict(r), "vs_chosen": vs.as_dict()} for r, vs in zip(rows[1:], compared)],
+        "verdict": verdict.as_dict(),
         "frontier": plan_report.frontier_dicts(frontier),
         "export": engines.exports(chosen.sizes),
         "check": None,

@@ -10,6 +10,8 @@ from tabulate import tabulate
 from graphrt.bench.engine_lists import said
 from graphrt.bench.measure_sizes import SizeFigures
 from graphrt.bench.optimize import Plan, Problem, evaluate
+from graphrt.bench.size_rounds import LEVEL, MODES, WIDE
+from graphrt.measure.robust import OUTLIER_MADS
 
 MIB = 1 << 20
 
@@ -69,17 +71,28 @@ def _ends_text(sizes: list[int]) -> str:
     return f"{','.join(map(str, sizes[:5]))},…,{','.join(map(str, sizes[-3:]))} ({len(sizes)} sizes)"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The chosen plan (first row) against the others."""
-    chosen = rows[0]["expected_ms"]
+def vs_chosen_text(vs: dict[str, Any] | None, noisy: bool) -> tuple[str, str]:
+    """A row's "vs chosen" and its interval, as the table says them: no ranking where the
+    difference lies inside its interval, or where the machine was too noisy to choose."""
+    if vs is None:  # the chosen plan itself
+        return "-", "-"
+    if vs["interval"] is None:
+        return f"{vs['ratio']:+.1%}", "unknown"
+    low, high = vs["interval"]
+    said = ("too noisy" if noisy else f"{vs['ratio']:+.1%}" if vs["measurable"] else "no measurable difference")
+    return said, f"{low:+.1%}..{high:+.1%}"
+
+
+def table(rows: list[dict[str, Any]], noisy: bool = False) -> str:
+    """The chosen plan (first row) against the others (each with its `vs_chosen`)."""
     body = [[r["name"], len(r["sizes"]) if not r["unused_sizes"] else f"{len(r['sizes'])} (+{r['unused_sizes']} unused)",
-             f"{r['expected_ms']:.4f}", f"{r['expected_ms'] / chosen - 1:+.1%}" if r is not rows[0] else "-",
+             f"{r['expected_ms']:.4f}", *vs_chosen_text(r.get("vs_chosen"), noisy),
              f"{100 * r['padding_share']:.1f}", f"{100 * r['eager_share']:.1f}",
              f"{r['graph_bytes'] / MIB:.3f}", f"{r['capture_s']:.3f}", _sizes_text(r["sizes"])]
             for r in rows]
-    headers = ["plan", "graphs", "mean step ms", "vs chosen", "padding %", "eager %", "graph MiB",
-               "capture s", "sizes"]
-    return tabulate(body, headers=headers, disable_numparse=True, colalign=("left", *["right"] * 7, "left"))
+    headers = ["plan", "graphs", "mean step ms", "vs chosen", f"{LEVEL:.0%} interval", "padding %", "eager %",
+               "graph MiB", "capture s", "sizes"]
+    return tabulate(body, headers=headers, disable_numparse=True, colalign=("left", *["right"] * 8, "left"))
 
 
 def frontier_table(frontier: list[dict[str, Any]]) -> str:
@@ -113,3 +126,25 @@ def export_lines(export: dict[str, dict]) -> list[str]:
             f"SGLang:        {export['sglang']['cli']}",
             "TensorRT-LLM:  " + export["tensorrt_llm"]["yaml"].rstrip().replace("\n", "\n               "),
             f"graphrt:       {export['graphrt']['cli']}"]
+
+
+def rounds_lines(per_size: list[dict[str, Any]], rounds: int, limit: int = 8) -> list[str]:
+    """How the measured sizes were timed: the figures that earned extra rounds, and every
+    outlier left out, by size and mode (the first `limit` of each)."""
+    measured = [f for f in per_size if f["measured"] and f.get("eager_rounds_ms")]
+    extra = [f"{f['batch']} {mode} ({len(f[f'{mode}_rounds_ms'])})" for f in measured for mode in MODES
+             if len(f[f"{mode}_rounds_ms"]) > rounds]
+    left = [(f["batch"], mode, f[f"{mode}_outliers_ms"], f[f"{mode}_ms"]) for f in measured for mode in MODES
+            if f[f"{mode}_outliers_ms"]]
+    lines = []
+    if extra:
+        lines.append(f"wider than ±{WIDE:.0%} after {rounds} rounds, timed again: batch "
+                     + ", ".join(extra[:limit]) + (f", … ({len(extra)})" if len(extra) > limit else ""))
+    if left:
+        count = sum(len(out) for _, _, out, _ in left)
+        named = [f"batch {b} {mode} {len(out)} (up to {max(out):.3f} ms, median {ms:.3f})"
+                 for b, mode, out, ms in left[:limit]]
+        lines.append(f"outliers left out (beyond median + {OUTLIER_MADS:g} MAD of their size and mode): "
+                     f"{count} steps: " + ", ".join(named) + (f", … ({len(left)} sizes and modes)"
+                                                              if len(left) > limit else ""))
+    return lines

@@ -10,6 +10,7 @@ import click
 
 from graphrt.backends.choices import parse_buckets
 from graphrt.bench.engine_settings import Settings, parse_settings
+from graphrt.bench.size_rounds import ROUNDS
 from graphrt.bench.traffic import describe, read_traffic
 from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
 from graphrt.cli.plot_option import check_plot
@@ -42,24 +43,31 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     measured = sum(f["measured"] for f in doc["per_size"])
     click.echo(f"{doc['model']} · {doc['machine']['device_name']} ({doc['device']}) · {doc['dtype']} · "
                f"traffic: {traffic_line}")
-    click.echo(f"{len(doc['per_size'])} sizes, {measured} measured ({doc['timing']['steps']} steps each, "
-               f"{doc['timing']['warmup']} warmup), the rest interpolated")
+    timing = doc["timing"]
+    click.echo(f"{len(doc['per_size'])} sizes, {measured} measured ({timing['steps']} steps each, "
+               f"{timing['warmup']} warmup, in {timing['rounds']} interleaved rounds), the rest interpolated")
+    for line in plan_report.rounds_lines(doc["per_size"], timing["rounds"]):
+        click.echo(line)
     click.echo(f"engines' lists as their servers resolve them, served on {doc['served_on']['said']}:")
     for line in plan_report.engine_lines(doc["engines"]):
         click.echo(f"  {line}")
-    click.echo(plan_report.table([doc["chosen"], *doc["baselines"]]))
+    verdict = doc["verdict"]
+    click.echo(plan_report.table([doc["chosen"], *doc["baselines"]], verdict["noisy"]))
+    if verdict["said"]:
+        click.echo(f"{'no verdict' if verdict['noisy'] else 'note'}: {verdict['said']}")
     click.echo("\nfrontier (best plan per number of graphs):")
     click.echo(plan_report.frontier_table(doc["frontier"]))
-    click.echo("\nthe chosen sizes, as each engine takes them:")
-    for line in plan_report.export_lines(doc["export"]):
-        click.echo(f"  {line}")
+    if not verdict["noisy"]:
+        click.echo("\nthe chosen sizes, as each engine takes them:")
+        for line in plan_report.export_lines(doc["export"]):
+            click.echo(f"  {line}")
     if doc["check"]:
         click.echo(plan_check.Check.from_dict(doc["check"]).describe())
     if doc["graphs"] == "tape":
         click.echo("note: TapeGraphs here: the figures are the CPU's, with CUDA-graph semantics "
                    "and no launch overhead to remove; plan on the GPU that serves")
-    eager = next(r for r in doc["baselines"] if r["name"] == "all eager")
-    if eager["expected_ms"] < doc["chosen"]["expected_ms"]:
+    eager = next(r for r in doc["baselines"] if r["name"] == "all eager")["vs_chosen"]
+    if eager["ratio"] < 0 and (eager["measurable"] or eager["interval"] is None) and not verdict["noisy"]:
         click.echo("note: all eager beats every plan with graphs here: no graph pays for itself "
                    "on these figures")
 
@@ -101,7 +109,9 @@ def _settings(ctx, param, values: tuple[str, ...]) -> Settings:
               metavar="GiB",
               help="Resolve the engines' lists for a device of this much memory [default: the device planned on].")
 @click.option("--steps", type=click.IntRange(min=2), default=16, show_default=True,
-              help="Decode steps per size and mode.")
+              help="Decode steps per size and mode, warmup included, over the rounds.")
+@click.option("--rounds", type=click.IntRange(min=2), default=ROUNDS, show_default=True,
+              help="Interleaved rounds the sizes are timed in (up to as many more for wide figures).")
 @click.option("--warmup", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--prompt-len", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--seed", type=SEED, default=0, show_default=True)

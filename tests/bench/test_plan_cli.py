@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from itertools import combinations
+import re
+from itertools import combinations, cycle
 
 import pytest
 from click.testing import CliRunner
@@ -33,7 +34,11 @@ def test_plan_prints_the_chosen_plan_against_each_engines_default_and_all_eager(
     for name in ("chosen", "vLLM", "SGLang", "TensorRT-LLM", "powers of two", "all eager"):
         assert name in output
     assert "mean step ms" in output and "padding %" in output and "graph MiB" in output
-    assert f"--buckets {','.join(map(str, doc['chosen']['sizes']))}" in output
+    assert re.search(r"vs chosen +90% interval", output)  # each row's difference with its uncertainty
+    # the sizes to use, unless the machine was too noisy to choose (this one may be busy)
+    exported = f"--buckets {','.join(map(str, doc['chosen']['sizes']))}" in output
+    assert exported == (not doc["verdict"]["noisy"])
+    assert ("no verdict: the machine is too noisy to choose" in output) == doc["verdict"]["noisy"]
     assert "TapeGraphs here" in output  # the CPU's figures, said so
 
 
@@ -46,6 +51,14 @@ def test_plan_json_holds_a_figure_per_size_the_traffic_the_rows_the_frontier_and
     assert doc["traffic"] == TRAFFIC
     for row in (doc["chosen"], *doc["baselines"]):
         assert {"sizes", "expected_ms", "padding_share", "eager_share", "graph_bytes", "capture_s"} <= set(row)
+    assert doc["format"] == "graphrt-plan/4" and doc["timing"]["rounds"] == 4
+    for f in doc["per_size"]:  # measured sizes carry their rounds, interpolated ones none
+        assert bool(f["eager_rounds_ms"] and f["graph_rounds_ms"]) == f["measured"]
+    for row in doc["baselines"]:  # each with its uncertainty
+        vs = row["vs_chosen"]
+        assert vs["interval"][0] <= vs["ratio"] <= vs["interval"][1]
+        assert vs["measurable"] == (not vs["interval"][0] <= 0 <= vs["interval"][1])
+    assert set(doc["verdict"]) == {"noisy", "chosen_reach", "level", "rounds", "said"}
     assert [f["graphs"] for f in doc["frontier"]] == [1, 2, 3]
     assert set(doc["export"]) == {"vllm", "sglang", "tensorrt_llm", "graphrt"}
     assert doc["export"]["graphrt"]["buckets"] == doc["chosen"]["sizes"]
@@ -155,3 +168,48 @@ def test_sizes_between_measured_ones_are_interpolated_and_say_so():
     sizes = interpolate(measured, 4)
     assert [f.measured for f in sizes] == [True, False, False, True]
     assert (sizes[1].eager_ms, sizes[1].graph_ms, sizes[1].graph_bytes, sizes[1].first_graph_bytes) == (2.0, 1.0, 200, 300)
+
+
+def _rewritten(where, tmp_path, name: str, change) -> str:
+    """The shared plan's JSON with `change(doc)` applied, as --measurements of another run."""
+    doc = json.loads((where / "out.json").read_text())
+    change(doc)
+    (tmp_path / name).write_text(json.dumps(doc))
+    return str(tmp_path / name)
+
+
+def test_measurements_whose_rounds_vary_widely_give_no_verdict_but_say_the_machine_is_too_noisy(planned, tmp_path):
+    # the same figures, as if each round had run anywhere from 40 % faster to 40 % slower
+    def busy(doc):
+        for f in doc["per_size"]:
+            for mode in ("eager", "graph"):
+                f[f"{mode}_rounds_ms"] = [ms * s for ms, s in zip(f[f"{mode}_rounds_ms"], cycle((0.6, 1.4, 1.0, 0.8)))]
+
+    where, _, _ = planned
+    result = CliRunner().invoke(main, ["plan", *FAST, "--traffic", str(where / "traffic.json"), "--no-verify",
+                                       "--measurements", _rewritten(where, tmp_path, "busy.json", busy),
+                                       "--json", str(tmp_path / "plan.json")])
+    assert result.exit_code == 0, result.output
+    assert "no verdict: the machine is too noisy to choose: the chosen plan's mean step is known only to ±" in result.output
+    assert "or more" in result.output and "--rounds " in result.output
+    assert "the chosen sizes, as each engine takes them" not in result.output  # no sizes to use
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["verdict"]["noisy"]
+    table = result.output.split("no verdict")[0]
+    assert table.count("too noisy") == len(doc["baselines"])  # no row ranked
+    assert "note: all eager beats" not in result.output
+
+
+def test_measurements_of_a_plan_made_before_rounds_are_used_and_their_uncertainty_said_unknown(planned, tmp_path):
+    def before_rounds(doc):
+        doc["format"] = "graphrt-plan/3"
+        for f in doc["per_size"]:
+            for field in ("eager_rounds_ms", "graph_rounds_ms", "eager_outliers_ms", "graph_outliers_ms"):
+                del f[field]
+
+    where, _, _ = planned
+    result = CliRunner().invoke(main, ["plan", *FAST, "--traffic", str(where / "traffic.json"), "--no-verify",
+                                       "--measurements", _rewritten(where, tmp_path, "old.json", before_rounds)])
+    assert result.exit_code == 0, result.output
+    assert "note: the per-size figures carry no rounds (a plan made before them)" in result.output
+    assert "unknown" in result.output.split("frontier")[0]

@@ -1,5 +1,6 @@
-"""How the plan measures its sizes: every size steps once before anything is measured, and a
-measuring the device cannot hold is refused before it starts, with what it would have taken."""
+"""How the plan measures its sizes: every size steps once before anything is measured, then the
+sizes are timed in rounds; a measuring the device cannot hold is refused before it starts, with
+what it would have taken."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ from graphrt.model.weights import build_model
 TINY = PRESETS["tiny"]
 
 
-def test_every_size_steps_once_before_the_first_capture_is_timed():
+def test_every_size_steps_once_before_the_first_capture_then_all_are_timed_in_rounds():
     # a size's first step pays for the process's first use of its shapes (cuBLAS handle,
     # lazily loaded kernels): it runs before any capture or timing, so no size's figures depend
     # on the order sizes are measured in
     model = build_model(TINY, torch.device("cpu"), torch.float32, seed=0)
     heard = []
     with nvtx.record_to([]) as events:
-        measure_sizes.measure(model, (1, 2, 3), steps=4, warmup=1, prompt_len=4,
-                              on_measure=lambda done, total, label: heard.append((done, total, label)))
+        figures = measure_sizes.measure(model, (1, 2, 3), steps=4, warmup=1, prompt_len=4, rounds=2,
+                                        on_measure=lambda done, total, label: heard.append((done, total, label)))
     pushes = [name for kind, name in events if kind == "push"]
     first_capture = next(i for i, name in enumerate(pushes) if name.startswith("capture["))
     assert [pushes.index(FIRST_STEP.format(bs)) for bs in (1, 2, 3)] == sorted(
@@ -32,8 +33,12 @@ def test_every_size_steps_once_before_the_first_capture_is_timed():
     assert max(pushes.index(FIRST_STEP.format(bs)) for bs in (1, 2, 3)) < first_capture
     assert pushes.index("prefill") > first_capture  # the timed decodes come after
     # and progress is heard from the first size on, each part once, in order
-    assert heard[0] == (0, 7, "first step of batch 1")
-    assert [done for done, _, _ in heard] == list(range(7))
+    # (3 first steps, the captures, 2 rounds and up to 2 extra ones)
+    assert heard[0] == (0, 8, "first step of batch 1")
+    assert heard[4] == (4, 8, "round 1 of 2")
+    assert [done for done, _, _ in heard] == list(range(len(heard)))
+    # every size was timed in each round, both modes
+    assert all(len(f.eager_rounds_ms) >= 2 and len(f.graph_rounds_ms) >= 2 for f in figures.values())
 
 
 def test_the_memory_a_measuring_needs_counts_parameters_cache_each_graphs_logits_and_the_largest_prefill():
