@@ -137,7 +137,7 @@ def to_dict(model: str, result: ModelLint) -> dict:
         "model": model, "implementation": "graphrt" if result.config.lean else "transformers",
         "architecture": result.architecture, "device": result.device.type,
         "dtype": str(result.dtype).removeprefix("torch."), "batch": result.batch,
-        "experts_implementation": chosen.experts, "ops_unit": _unit(result),
+        "experts_implementation": chosen.experts, "ops_per_step": chosen.ops_per_step, "ops_unit": _unit(result),
         "findings": [_finding_dict(f) for f in chosen.findings], "clean": not chosen.findings,
         "captures": chosen.captured,
         "experts": None if result.experts is None else [_check_dict(c, result.default_experts)
