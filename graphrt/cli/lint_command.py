@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from graphrt.graphs.findings import Finding
     from graphrt.run.model_lint import ModelLint, StepCheck
 
-MIN_SEQ_LEN = 4  # the step linted at two positions in the middle of the cache, after a prompt
+MIN_SEQ_LEN = 4  # a prompt of two, then the two positions the lint captures the step at
 
 
 @click.command()
@@ -31,13 +31,13 @@ def lint(json_path: str | None, max_seq_len: int, **options) -> None:
     """Lint a model's decode step as `run` does before capturing it: what a graph would replay
     differently from eager, by module. For a model with experts, each experts implementation
     transformers offers: whether a graph captures the step, and what it launches. Exit status
-    0 when the step `run` would capture is clean, 1 with findings."""
-    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
-    # the cache holds a prompt and the steps: half of it each, so that RunSpec checks it as `run`'s
+    0 when the step `run` would capture is clean and a graph captures it, 1 otherwise."""
+    # the cache holds a prompt and the steps, half of it each, so that RunSpec checks it as `run`'s
     prompt = max_seq_len // 2
     spec = RunSpec(**options, max_seq_len=max_seq_len, prompt_len=prompt, steps=max_seq_len - prompt)
     if json_path:
         check_writable(json_path)
+    # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
     from graphrt.run.model_lint import lint_model
 
     result = lint_model(spec)
