@@ -32,6 +32,20 @@ def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int | None]:
     return memory
 
 
+def lint_states(model: Qwen2ForCausalLM, batch: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int]:
+    """The two states `lint_decode` captures the step from, each (tokens [B, 1], positions [B]):
+    the first at the middle of the cache, the second with other tokens one position on; and
+    that middle position."""
+    device, vocab, slots = model.lm_head.weight.device, model.config.vocab_size, model.max_seq_len
+    # Any two in-range states that differ in every token and position would do: the values
+    # below are arbitrary, and mutation testing leaves them alone.
+    position = max(0, (slots - 2) // 2)  # pragma: no mutate
+    tokens = torch.arange(batch, device=device).unsqueeze(1) % vocab  # [B, 1]  # pragma: no mutate
+    positions = torch.full((batch,), position, device=device)  # pragma: no mutate
+    states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]  # pragma: no mutate
+    return states, position
+
+
 def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
     """The decode step captured from two states, positions p and p+1 with other tokens, and
     compared (`graphrt.graphs.lint_step`). Runs through a tape on any device.
@@ -41,13 +55,8 @@ def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
     No warmup: the step has no first-call path, so a cold capture is a steady one (and tests
     lint it cold over random configs).
     """
-    device, vocab, slots = model.lm_head.weight.device, model.config.vocab_size, model.max_seq_len
-    # Any two in-range states that differ in every token and position would do: the values
-    # below are arbitrary, and mutation testing leaves them alone.
-    tokens = torch.arange(batch, device=device).unsqueeze(1) % vocab  # [B, 1]  # pragma: no mutate
-    positions = torch.full((batch,), max(0, (slots - 2) // 2), device=device)  # pragma: no mutate
-    states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]  # pragma: no mutate
-    model.seek(max(0, (slots - 2) // 2))  # a cache that keeps its own write position writes where the states say
+    states, position = lint_states(model, batch)
+    model.seek(position)  # a cache that keeps its own write position writes where the states say
     with torch.inference_mode():
         # restore=True would only cost more: what the captures leave in the cache is not read
         return lint_step(model.decode_step, states, warmup=0, restore=False)  # pragma: no mutate

@@ -22,6 +22,7 @@ COMMANDS = {
     "analyze": ("graphrt.cli.analyze_command", "analyze", "Per-step launches, launch delay, launch CPU time and..."),
     "bench": ("graphrt.cli.bench_command", "bench", "Sweep a scenario (a TOML file, or the name of one in..."),
     "info": ("graphrt.cli.info_command", "info", "Versions, the device, and whether Nsight Systems is on..."),
+    "lint": ("graphrt.cli.lint_command", "lint", "Lint a model's decode step as `run` does before..."),
     "plan": ("graphrt.cli.plan_command", "plan", "Choose the batch sizes to capture as CUDA graphs for a..."),
     "run": ("graphrt.cli.run_command", "run", "Decode a prompt batch through each mode and print a..."),
     "trace": ("graphrt.cli.trace_command", "trace", "Record the decode steps after warmup under Nsight..."),

@@ -58,9 +58,10 @@ def transformers_module(config: ModelConfig) -> Any:
 class HFCausalLM(nn.Module):
     """transformers' model of a checkpoint, run with its own StaticCache (module docstring)."""
 
-    def __init__(self, hf: nn.Module, config: ModelConfig):
+    def __init__(self, hf: nn.Module, config: ModelConfig, default_experts: str | None = None):
         super().__init__()
         self.config = config
+        self.default_experts = default_experts  # what a run uses without --experts (_with_experts)
         for name, child in hf.named_children():  # transformers' names: model, lm_head, ...
             self.add_module(name, child)
         object.__setattr__(self, "hf", hf)  # not a child: its children are ours already
@@ -139,22 +140,31 @@ def experts_modules(hf: nn.Module) -> list[str]:
     return [name for name, m in hf.named_modules() if hasattr(m, "_is_expert_parallel")]
 
 
-def _with_experts(hf: nn.Module, config: ModelConfig, experts: str | None) -> nn.Module:
-    """`experts` set on a model with experts; by default one a graph can capture: transformers'
-    own default (grouped_mm) where the device has it, else batched_mm, never its eager loop,
-    whose routing reads token counts back to the host."""
+def _with_experts(hf: nn.Module, config: ModelConfig, experts: str | None) -> tuple[nn.Module, str | None]:
+    """`experts` set on a model with experts, and the default (None without experts): one a
+    graph can capture, transformers' own default (grouped_mm) where the device has it, else
+    batched_mm, never its eager loop, whose routing reads token counts back to the host."""
     if not experts_modules(hf):
         if experts:
             raise GraphrtError(f"--experts {experts}: {config.name} has no experts")
-        return hf
-    if experts is None and hf.config._experts_implementation == "eager":
-        experts = "batched_mm"
-    if experts is not None and experts != hf.config._experts_implementation:
-        try:
-            hf.set_experts_implementation(experts)
-        except (ValueError, ImportError, RuntimeError) as e:
-            raise GraphrtError(f"--experts {experts}: transformers refuses it here ({_first_line(e)})") from None
-    return hf
+        return hf, None
+    default = hf.config._experts_implementation
+    default = "batched_mm" if default == "eager" else default
+    experts = experts or default
+    if experts != hf.config._experts_implementation and (why := set_experts(hf, experts)) is not None:
+        raise GraphrtError(f"--experts {experts}: transformers refuses it here ({why})")
+    return hf, default
+
+
+def set_experts(hf: nn.Module, experts: str) -> str | None:
+    """Switch a transformers model with experts to the implementation `experts`; None when it
+    did, else transformers' reason for refusing it here in one line (grouped_mm on a device
+    without grouped GEMMs)."""
+    try:
+        hf.set_experts_implementation(experts)
+    except (ValueError, ImportError, RuntimeError) as e:
+        return _first_line(e)
+    return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -163,7 +173,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dtype,
-            experts: str | None) -> nn.Module:
+            experts: str | None) -> tuple[nn.Module, str | None]:
     if experts is not None and experts not in EXPERTS:
         raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
     try:
@@ -178,11 +188,11 @@ def load_transformers(config: ModelConfig, path: Path, device: torch.device, dty
                       experts: str | None = None) -> HFCausalLM:
     """A checkpoint directory through transformers' own classes, its weights in `dtype` on `device`."""
     transformers = transformers_module(config)
-    hf = _loaded(transformers, config, path, dtype, experts)
+    hf, default_experts = _loaded(transformers, config, path, dtype, experts)
     if getattr(hf, "_is_stateful", False) or not getattr(hf, "_can_compile_fullgraph", True):
         raise GraphrtError(f"{path}: {type(hf).__name__} keeps a recurrent state transformers' "
                            "StaticCache does not hold; graphrt decodes with a static KV cache only")
-    return HFCausalLM(hf.to(device).eval().requires_grad_(False), config)
+    return HFCausalLM(hf.to(device).eval().requires_grad_(False), config, default_experts)
 
 
 def transformers_twin(model: nn.Module) -> nn.Module:
@@ -207,4 +217,5 @@ def transformers_twin(model: nn.Module) -> nn.Module:
 def from_lean(model: nn.Module, config: ModelConfig, experts: str | None = None) -> HFCausalLM:
     """`--impl hf` on a preset: transformers' forward on the lean model's weights
     (`transformers_twin`); `config` is the run's."""
-    return HFCausalLM(_with_experts(transformers_twin(model), config, experts), config)
+    hf, default_experts = _with_experts(transformers_twin(model), config, experts)
+    return HFCausalLM(hf, config, default_experts)
