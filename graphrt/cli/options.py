@@ -57,7 +57,8 @@ def decode_options(steps: int, steps_help: str, warmup_help: str) -> Callable:
                      help="Graph batch buckets, e.g. 1,2,4,8 [default: 1,2,4,… up to the batch]."),
         click.option("--lint/--no-lint", default=RunSpec.lint, show_default=True,
                      help="Before capturing, check that the step has nothing a graph would "
-                     "replay wrongly (a Python value, a host tensor, ...); a finding stops the run."),
+                     "replay wrongly (a Python value, a host tensor, ...); a finding refuses that mode in "
+                     "one line, and the other modes run."),
         click.option("--tp", type=click.IntRange(min=1), default=RunSpec.tp,
                      help="Tensor-parallel ranks, started through torch.distributed's launcher (gloo "
                      "on the CPU, NCCL with one GPU per rank) [default: as many as torchrun started, else 1]."),
