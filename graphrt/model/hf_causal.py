@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from graphrt.errors import GraphrtError
@@ -162,9 +163,13 @@ def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dty
     if experts is not None and experts not in EXPERTS:
         raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
     try:
+        if experts is not None:  # refused on the model's skeleton, before any weight is read
+            with torch.device("meta"):
+                skeleton = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+            _with_experts(skeleton, config, experts)
         hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (ValueError, KeyError, OSError, ImportError) as e:
-        # transformers' own words: an architecture it has no causal LM for, a missing weight file
+    except (ValueError, KeyError, OSError, ImportError, SafetensorError) as e:
+        # transformers' own words: an architecture it has no causal LM for, a missing or cut weight file
         raise GraphrtError(f"{path}: transformers cannot load it as a causal LM ({_first_line(e)})") from None
     return _with_experts(hf, config, experts)
 
