@@ -68,3 +68,13 @@ def greedy_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: in
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                          do_sample=False, cache_implementation="static", pad_token_id=0)
     return out[:, prompt.shape[1]:]
+
+
+def lack_grouped_mm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Be a device without grouped_mm: transformers' check for it fails as it fails there."""
+    transformers = pytest.importorskip("transformers")
+
+    def unavailable(self):
+        raise ImportError("grouped_mm needs a newer torch on this device")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "_grouped_mm_can_dispatch", unavailable)

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import train_tokenizer
+from hf_checkpoints import lack_grouped_mm
 from test_run_cli import one_line_error
 
 from graphrt.run.text import TOKENIZER_FILE
@@ -57,6 +58,13 @@ def test_experts_on_a_model_without_experts_is_refused_before_its_weights_are_re
 def test_an_unknown_experts_implementation_is_refused_listing_the_choices(cli, hf_checkpoint):
     result = cli(*RUN, "--model", hf_checkpoint("mixtral"), "--experts", "nonsense")
     one_line_error(result, "--experts must be one of eager, batched_mm, grouped_mm, got 'nonsense'")
+
+
+def test_grouped_mm_asked_for_where_the_device_lacks_it_is_refused_in_one_line(cli, hf_checkpoint, monkeypatch):
+    lack_grouped_mm(monkeypatch)
+    result = cli(*RUN, "--model", hf_checkpoint("mixtral"), "--experts", "grouped_mm")
+    one_line_error(result, "--experts grouped_mm: transformers refuses it here",
+                   "grouped_mm needs a newer torch on this device")
 
 
 def test_experts_on_a_lean_model_is_refused_naming_the_step_it_runs(cli):
