@@ -50,6 +50,29 @@ def test_an_encoder_decoder_checkpoint_is_refused_naming_why(cli, tmp_path):
                    "decoder-only causal LMs")
 
 
+def test_a_model_that_is_no_causal_lm_is_refused_with_transformers_reason(cli, weightless_mistral):
+    transformers = pytest.importorskip("transformers")
+    transformers.AutoConfig.for_model("vit", hidden_size=64).save_pretrained(weightless_mistral)
+    one_line_error(cli(*RUN, "--model", weightless_mistral), str(weightless_mistral),
+                   "transformers cannot load it as a causal LM", "ViTConfig")
+
+
+def test_a_model_type_transformers_does_not_know_is_refused_naming_it(cli, weightless_mistral):
+    config = weightless_mistral / "config.json"
+    config.write_text(config.read_text().replace('"model_type": "mistral"', '"model_type": "nonsense_lm"'))
+    one_line_error(cli(*RUN, "--model", weightless_mistral), str(weightless_mistral),
+                   "transformers cannot load it as a causal LM", "nonsense_lm")
+
+
+def test_a_model_with_a_recurrent_state_is_refused_naming_why(cli, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("mamba", hidden_size=64, num_hidden_layers=2, vocab_size=512,
+                                               state_size=4)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "mamba")
+    one_line_error(cli(*RUN, "--model", tmp_path / "mamba"),
+                   "MambaForCausalLM keeps a recurrent state transformers' StaticCache does not hold")
+
+
 def test_experts_on_a_model_without_experts_is_refused_before_its_weights_are_read(cli, weightless_mistral):
     result = cli(*RUN, "--model", weightless_mistral, "--experts", "batched_mm")
     one_line_error(result, "--experts batched_mm: mistral has no experts")
@@ -94,6 +117,13 @@ def test_without_transformers_a_transformers_model_names_the_extra_to_install(cl
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     one_line_error(cli(*RUN, "--model", directory, "--mode", "eager"),
                    "transformers is not installed", "pip install 'graphrt[hf]'")
+
+
+def test_transformers_4_is_refused_naming_the_version_and_the_extra(cli, hf_checkpoint, monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(transformers, "__version__", "4.57.1")  # its cache API is not 5.x's
+    one_line_error(cli(*RUN, "--model", hf_checkpoint("mistral")),
+                   "needs transformers 5.x", "found 4.57.1", "pip install 'graphrt[hf]'")
 
 
 def test_without_transformers_a_lean_model_still_runs(cli, monkeypatch):
