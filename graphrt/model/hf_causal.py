@@ -153,6 +153,12 @@ def _with_experts(hf: nn.Module, config: ModelConfig, experts: str | None) -> nn
     return hf
 
 
+def _check_experts_name(experts: str | None) -> None:
+    """--experts names one of EXPERTS, refused before transformers is imported."""
+    if experts is not None and experts not in EXPERTS:
+        raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -160,8 +166,6 @@ def _first_line(error: BaseException) -> str:
 
 def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dtype,
             experts: str | None) -> nn.Module:
-    if experts is not None and experts not in EXPERTS:
-        raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
     try:
         if experts is not None:  # refused on the model's skeleton, before any weight is read
             with torch.device("meta"):
@@ -177,6 +181,7 @@ def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dty
 def load_transformers(config: ModelConfig, path: Path, device: torch.device, dtype: torch.dtype,
                       experts: str | None = None) -> HFCausalLM:
     """A checkpoint directory through transformers' own classes, its weights in `dtype` on `device`."""
+    _check_experts_name(experts)
     transformers = transformers_module(config)
     hf = _loaded(transformers, config, path, dtype, experts)
     if getattr(hf, "_is_stateful", False) or not getattr(hf, "_can_compile_fullgraph", True):
@@ -188,6 +193,7 @@ def load_transformers(config: ModelConfig, path: Path, device: torch.device, dty
 def from_lean(model: nn.Module, experts: str | None = None) -> HFCausalLM:
     """transformers' model of a lean family's config on the lean model's very tensors (`--impl hf`
     on a preset or a lean checkpoint): no memory spent twice, a tied matrix stays one tensor."""
+    _check_experts_name(experts)
     config = model.config
     transformers = transformers_module(config)
     hf_config = transformers.AutoConfig.for_model(**config.to_hf_dict())

@@ -78,8 +78,11 @@ def test_experts_on_a_model_without_experts_is_refused_before_its_weights_are_re
     one_line_error(result, "--experts batched_mm: mistral has no experts")
 
 
-def test_an_unknown_experts_implementation_is_refused_listing_the_choices(cli, hf_checkpoint):
-    result = cli(*RUN, "--model", hf_checkpoint("mixtral"), "--experts", "nonsense")
+def test_an_unknown_experts_implementation_is_refused_listing_the_choices_before_transformers_loads(
+        cli, hf_checkpoint, monkeypatch):
+    directory = hf_checkpoint("mixtral")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # refused before it would be imported
+    result = cli(*RUN, "--model", directory, "--experts", "nonsense")
     one_line_error(result, "--experts must be one of eager, batched_mm, grouped_mm, got 'nonsense'")
 
 
