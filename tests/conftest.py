@@ -174,3 +174,18 @@ def tiny_torch_traces(tmp_path_factory) -> Path:
     assert result.exit_code == 0, result.output
     (directory,) = out.iterdir()
     return directory
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint(tmp_path_factory):
+    """model_type -> the directory of its tiny seeded checkpoint (tests/hf_checkpoints.py), named
+    after it; each is made and saved once per test session, on first use."""
+    from hf_checkpoints import save_checkpoint
+
+    root = tmp_path_factory.mktemp("hf-checkpoints")
+
+    def checkpoint(model_type: str) -> Path:
+        directory = root / model_type
+        return directory if directory.is_dir() else save_checkpoint(model_type, directory)
+
+    return checkpoint

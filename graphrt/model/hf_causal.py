@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from graphrt.errors import GraphrtError
@@ -167,6 +168,12 @@ def set_experts(hf: nn.Module, experts: str) -> str | None:
     return None
 
 
+def _check_experts_name(experts: str | None) -> None:
+    """--experts names one of EXPERTS, refused before transformers is imported."""
+    if experts is not None and experts not in EXPERTS:
+        raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -174,12 +181,14 @@ def _first_line(error: BaseException) -> str:
 
 def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dtype,
             experts: str | None) -> tuple[nn.Module, str | None]:
-    if experts is not None and experts not in EXPERTS:
-        raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
     try:
+        if experts is not None:  # refused on the model's skeleton, before any weight is read
+            with torch.device("meta"):
+                skeleton = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(path))
+            _with_experts(skeleton, config, experts)
         hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (ValueError, KeyError, OSError, ImportError) as e:
-        # transformers' own words: an architecture it has no causal LM for, a missing weight file
+    except (ValueError, KeyError, OSError, ImportError, SafetensorError) as e:
+        # transformers' own words: an architecture it has no causal LM for, a missing or cut weight file
         raise GraphrtError(f"{path}: transformers cannot load it as a causal LM ({_first_line(e)})") from None
     return _with_experts(hf, config, experts)
 
@@ -187,6 +196,7 @@ def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dty
 def load_transformers(config: ModelConfig, path: Path, device: torch.device, dtype: torch.dtype,
                       experts: str | None = None) -> HFCausalLM:
     """A checkpoint directory through transformers' own classes, its weights in `dtype` on `device`."""
+    _check_experts_name(experts)
     transformers = transformers_module(config)
     hf, default_experts = _loaded(transformers, config, path, dtype, experts)
     if getattr(hf, "_is_stateful", False) or not getattr(hf, "_can_compile_fullgraph", True):
@@ -217,5 +227,6 @@ def transformers_twin(model: nn.Module) -> nn.Module:
 def from_lean(model: nn.Module, config: ModelConfig, experts: str | None = None) -> HFCausalLM:
     """`--impl hf` on a preset: transformers' forward on the lean model's weights
     (`transformers_twin`); `config` is the run's."""
+    _check_experts_name(experts)
     hf, default_experts = _with_experts(transformers_twin(model), config, experts)
     return HFCausalLM(hf, config, default_experts)

@@ -60,16 +60,17 @@ def load(spec: RunSpec, ranks: Ranks | None = None
     if spec.seq_len > config.max_position_embeddings:
         raise GraphrtError(f"sequence length {spec.seq_len} exceeds {config.name}'s "
                            f"max_position_embeddings {config.max_position_embeddings}")
+    _check_prompt(spec, config)  # before any weights are read
     device = ranks.device if ranks is not None else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     model = load_model(config, device, dtype, checkpoint, spec.seed, ranks, spec.experts)
     return config, model, device, dtype
 
 
-def _prompt(spec: RunSpec, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The prompt batch [B, T] and, for given ids, each row's length (rows are right-padded)."""
+def _check_prompt(spec: RunSpec, config: ModelConfig) -> None:
+    """Given prompt ids the model cannot take, refused in one line."""
     if not spec.prompt_ids:
-        return random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed), None
+        return
     outside = max(max(row) for row in spec.prompt_ids)
     if outside >= config.vocab_size:
         raise GraphrtError(f"--prompt: token id {outside} is outside {config.name}'s vocabulary "
@@ -78,6 +79,12 @@ def _prompt(spec: RunSpec, config: ModelConfig) -> tuple[torch.Tensor, torch.Ten
         raise GraphrtError(f"--prompt: rows of {sorted({len(row) for row in spec.prompt_ids})} tokens; "
                            f"{config.name} runs on transformers' StaticCache, which writes every row at one "
                            "position: give prompts of one length")
+
+
+def _prompt(spec: RunSpec, config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The prompt batch [B, T] and, for given ids, each row's length (rows are right-padded)."""
+    if not spec.prompt_ids:
+        return random_prompt(spec.batch, spec.prompt_len, config.vocab_size, spec.seed), None
     return pad_rows(spec.prompt_ids)
 
 
