@@ -68,7 +68,8 @@ def footprint(spec: RunSpec, config: ModelConfig, itemsize: int, share: int = 1)
     dtype takes `itemsize` bytes."""
     rows, vocab, modes = cache_rows(spec), config.vocab_size, len(expand_modes(spec.mode))
     per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim  # K and V
-    kept_steps = min(spec.steps, LOGITS_BUDGET_BYTES // (spec.batch * vocab * 4))
+    # a config that does not state its vocabulary (0: transformers reads it) holds no logits here
+    kept_steps = min(spec.steps, LOGITS_BUDGET_BYTES // max(1, spec.batch * vocab * 4))
     return Footprint(rows, spec.seq_len,
                      weights=config.num_parameters() * itemsize // share,
                      cache=rows * spec.seq_len * per_position * itemsize // share,
