@@ -28,13 +28,17 @@ EXTRAS = {
 
 
 def make_checkpoint(model_type: str, directory: Path, seed: int = 0) -> Path:
-    """Save a tiny `model_type` causal LM with seeded weights into `directory`; returns it."""
+    """Save a tiny `model_type` causal LM with seeded weights into `directory`; returns it.
+    ValueError naming the model type where transformers knows no such type."""
     import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    config = transformers.AutoConfig.for_model(model_type, **SIZES, **EXTRAS.get(model_type, {}))
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **SIZES, **EXTRAS.get(model_type, {}))
+    except ValueError as e:  # transformers' own words, less its list of every type it knows
+        raise ValueError(f"model type {model_type!r}: {str(e).split('. Should contain')[0]}") from None
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -56,9 +60,8 @@ def main(argv: list[str]) -> int:
     except ImportError as e:
         print(f"hf_checkpoint: transformers is needed to make a checkpoint ({e})", file=sys.stderr)
         return 1
-    except ValueError as e:  # transformers' own words for a model type it does not know, less its list
-        reason = str(e).split(". Should contain")[0]
-        print(f"hf_checkpoint: model type {args.model_type!r}: {reason}", file=sys.stderr)
+    except ValueError as e:
+        print(f"hf_checkpoint: {e}", file=sys.stderr)
         return 1
     print(args.directory)
     return 0
