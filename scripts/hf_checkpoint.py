@@ -20,6 +20,7 @@ SIZES = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_l
 # what a model type needs beyond SIZES to be small and to decode with a static cache
 EXTRAS = {
     "mistral": {"sliding_window": None},
+    "gemma3_text": {"sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]},
     "phi3": {"pad_token_id": 0},  # its default pad id lies outside a vocabulary of 512
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
