@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 dest=.whl
-# What the device image lacks (nvtx, msgspec), and the rest of graphrt's core in case an image lacks it.
-packages=(nvtx msgspec click tabulate safetensors)
+# What the device image lacks (nvtx, msgspec; transformers at graphrt's pin, its own 5.17 being older
+# than setup.cfg's hf floor), and the rest of graphrt's core in case an image lacks it.
+packages=(nvtx msgspec click tabulate safetensors transformers)
 pins=()
 for p in "${packages[@]}"; do pins+=("$(grep -E "^$p==" constraints.txt || echo "$p")"); done
 mkdir -p "$dest"

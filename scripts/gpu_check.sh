@@ -44,19 +44,22 @@ MAX_FILE=$((16 << 20))
 # The limits add up to at most BUDGET - SETUP - RESERVE - GRACE; the packing after each step
 # (~1 s, the traces' a few) runs outside them. The rehearsal checks the sum before it runs anything.
 declare -A limit
-PLAN=(info run-b1 run-qwen3-b1 compile-b1 cuda-tests probe trace-eager trace-graph analyze
+PLAN=(info run-b1 run-qwen3-b1 run-hf compile-b1 cuda-tests probe trace-eager trace-graph analyze
       localize tp1 plan sweep)
-limit[info]=10          # no torch: versions from their files, the GPU from the driver (~1 s)
+limit[info]=5           # no torch: versions from their files, the GPU from the driver (~1 s)
 limit[run-b1]=35        # qwen2-0.5b bf16: random weights on the GPU (~3 s), 64 eager steps,
                         # 25 piecewise graphs + 1 full graph captured, lint, HF's step counted:
                         # the first GPU figures, eager against graph (~20 s)
 limit[run-qwen3-b1]=20  # qwen3-0.6b eager and graph: the lean step on the second family (~15 s)
+limit[run-hf]=14        # transformers' own forward and StaticCache: a tiny mistral (full attention)
+                        # made on the spot (~3 s), then eager and graph, 8 steps each, lint and
+                        # capture, counted (~8 s)
 limit[compile-b1]=55    # torch.compile reduce-overhead: Dynamo + Inductor cold, 24 layers (~45 s)
 limit[cuda-tests]=55    # pytest -m cuda: collection imports transformers (~8 s), ~30 small tests,
                         # one torchrun NCCL rank (~15 s), one CUDA trace (~40 s in all)
-limit[probe]=15         # 4 rounds of 60 eager/graph steps, 2 profiled sessions of 10 replays (~8 s)
-limit[trace-eager]=20   # its own process: load, 4 + 12 profiled steps, 40+40 NVTX on/off (~12 s)
-limit[trace-graph]=15   # its own process, so its replays are profiled in a first session (~10 s)
+limit[probe]=12         # 4 rounds of 60 eager/graph steps, 2 profiled sessions of 10 replays (~8 s)
+limit[trace-eager]=17   # its own process: load, 4 + 12 profiled steps, 40+40 NVTX on/off (~12 s)
+limit[trace-graph]=13   # its own process, so its replays are profiled in a first session (~10 s)
 limit[analyze]=10       # both traces read once: ~40 k events (~5 s)
 limit[localize]=12      # one probed capture, 3 replays against eager, twice (~8 s)
 limit[tp1]=22           # torch.distributed.run, one NCCL rank: capture and teardown with the
@@ -102,6 +105,9 @@ if [ ${#missing[@]} != 0 ] && ! "$py" scripts/install_wheels.py .whl "$site" "${
   echo "gpu_check: FAILED: ${missing[*]} missing and not in .whl/ (make it with scripts/gpu_bundle.sh and carry .whl/ to this machine)"
   exit 1
 fi
+# transformers older than setup.cfg's hf floor (the image's 5.17 names the cache past_key_values):
+# the one in .whl/ instead; without one only run-hf is skipped (the prerequisites say so)
+"$py" scripts/gpu_prereqs.py --meets-floor transformers || "$py" scripts/install_wheels.py .whl "$site" transformers
 export PYTHONPATH="$repo:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 # -- prerequisites: one line each; a missing one skips its steps ----------------------------------
@@ -179,6 +185,10 @@ step run-b1 "$have_graphrt" "${graphrt[@]}" run --model "$model" "${common[@]}" 
   --mode eager,piecewise,graph --json "$raw/run-b1.json"
 step run-qwen3-b1 "$have_graphrt" "${graphrt[@]}" run --model "$second_model" "${common[@]}" --batch 1 \
   --mode eager,graph --json "$raw/run-qwen3-b1.json"
+# a tiny seeded mistral made here (no download), then eager against graph on transformers' forward
+step run-hf "$have_hf" bash -c '"$1" scripts/hf_checkpoint.py mistral "$2" >/dev/null && shift 2 && exec "$@"' _ \
+  "$py" "$work/mistral" "${graphrt[@]}" run --model "$work/mistral" --device "$device" --dtype "$dtype" \
+  --batch 2 --prompt-len 8 --steps 8 --mode eager,graph --json "$raw/run-hf.json"
 step compile-b1 "$have_compile" "${graphrt[@]}" run --model "$model" "${common[@]}" --batch 1 \
   --mode compile --json "$raw/compile-b1.json"
 step cuda-tests "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \

@@ -1,11 +1,14 @@
 """What the device check can run with this python: one line per prerequisite, and a shell file.
 
 usage: python scripts/gpu_prereqs.py --device cuda|cpu SHELL_FILE
+       python scripts/gpu_prereqs.py --meets-floor transformers
 
 Each line says what is there, or what is missing and which steps of the check are skipped for it.
 SHELL_FILE gets `have_graphrt=1`, `have_tests=0`, ... for scripts/gpu_check.sh to source. Exit 1
 only when nothing graphrt can run (no torch, or no CUDA device where one was asked for), after
 naming every other missing prerequisite too, so one look at the machine finds them all.
+`--meets-floor` prints nothing and exits 0 when the package is there and no older than setup.cfg
+states, 1 otherwise: the check then takes it from .whl/.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ STEPS = {
     "tests": "the CUDA tests",
     "compile": "the compile step",
     "plot": "the sweep's PNG",
+    "hf": "the transformers-backed model's run",
 }
 NEEDS = {
     "graphrt": ("nvtx", "msgspec", "click", "tabulate", "safetensors"),
     "tests": ("pytest", "hypothesis"),
     "plot": ("matplotlib",),
+    "hf": ("transformers",),
 }
 
 
@@ -48,12 +53,34 @@ def _version(module: str) -> str | None:
         return "installed"
 
 
-def torch_floor(setup_cfg: Path = REPO / "setup.cfg") -> tuple[int, ...]:
-    """The oldest torch graphrt runs on, as setup.cfg's requirement states it (`torch>=2.5`)."""
+def _floor(package: str, section: str, key: str, setup_cfg: Path) -> tuple[int, ...]:
+    """The oldest `package` a setup.cfg requirement list admits (`torch>=2.5` -> (2, 5))."""
     config = configparser.ConfigParser()
     config.read(setup_cfg)
-    (floor,) = re.findall(r"^torch>=([\d.]+)$", config["options"]["install_requires"], re.M)
+    (floor,) = re.findall(rf"^{package}>=([\d.]+)$", config[section][key], re.M)
     return tuple(int(part) for part in floor.split("."))
+
+
+def torch_floor(setup_cfg: Path = REPO / "setup.cfg") -> tuple[int, ...]:
+    """The oldest torch graphrt runs on, as setup.cfg's requirement states it (`torch>=2.5`)."""
+    return _floor("torch", "options", "install_requires", setup_cfg)
+
+
+def transformers_floor(setup_cfg: Path = REPO / "setup.cfg") -> tuple[int, ...]:
+    """The oldest transformers whose forward graphrt runs, as setup.cfg's `hf` extra states it."""
+    return _floor("transformers", "options.extras_require", "hf", setup_cfg)
+
+
+# a package held to a floor of setup.cfg's beside torch's -> that floor
+FLOORS = {"transformers": transformers_floor}
+
+
+def _below(module: str, version: str | None) -> str | None:
+    """`module >= floor` when `version` is older than its floor in setup.cfg, else None."""
+    if module not in FLOORS or version is None:
+        return None
+    floor = FLOORS[module]()
+    return f"{module} >= {'.'.join(map(str, floor))}" if _release(version) < floor else None
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -85,6 +112,9 @@ def _torch(device: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--meets-floor" and argv[1] in FLOORS:
+        version = _version(argv[1])
+        return 0 if version is not None and _below(argv[1], version) is None else 1
     if len(argv) != 3 or argv[0] != "--device" or argv[1] not in ("cuda", "cpu"):
         print(__doc__.splitlines()[2].strip(), file=sys.stderr)
         return 2
@@ -92,12 +122,14 @@ def main(argv: list[str]) -> int:
     runnable = _torch(device) is not None  # and whatever else is missing is named all the same
     have: dict[str, bool] = {}
     for step, modules in NEEDS.items():
-        missing = [m for m in modules if _version(m) is None]
-        have[step] = not missing
-        if missing:
-            print(f"prereq: MISSING {', '.join(missing)}: skipping {STEPS[step]}")
+        versions = {m: _version(m) for m in modules}
+        missing = [m for m, v in versions.items() if v is None]
+        old = [f"{wanted} (this is {v})" for m, v in versions.items() if (wanted := _below(m, v))]
+        have[step] = not missing and not old
+        if missing or old:
+            print(f"prereq: MISSING {', '.join(missing + old)}: skipping {STEPS[step]}")
         else:
-            print(f"prereq: ok {', '.join(f'{m} {_version(m)}' for m in modules)}")
+            print(f"prereq: ok {', '.join(f'{m} {v}' for m, v in versions.items())}")
     lacking = missing_for_compile(device)
     have["compile"] = have["graphrt"] and not lacking
     print(f"prereq: MISSING {', '.join(lacking)}: skipping {STEPS['compile']}" if lacking
@@ -105,6 +137,7 @@ def main(argv: list[str]) -> int:
     if not runnable:
         return 1
     have["tests"] = have["tests"] and have["graphrt"]
+    have["hf"] = have["hf"] and have["graphrt"]
     shell_file.write_text("".join(f"have_{step}={int(ok)}\n" for step, ok in have.items()))
     return 0
 

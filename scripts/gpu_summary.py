@@ -3,7 +3,7 @@
 usage: python scripts/gpu_summary.py RESULTS WORK
 
 WORK holds outcomes.txt (each step's planned limit and outcome) and raw/, the files the steps
-wrote: run-b1.json, run-qwen3-b1.json, compile-b1.json, tp1.json, sweep.json, cuda-tests.xml,
+wrote: run-b1.json, run-qwen3-b1.json, run-hf.json, compile-b1.json, tp1.json, sweep.json, cuda-tests.xml,
 probe.json, localize.json, analysis.json, plan.json, trace-*.json (each may be missing: its step failed or
 was skipped). Prints the tables, writes RESULTS/gpu-summary.json; exit 1 if a file a step wrote
 is unreadable.
@@ -70,7 +70,8 @@ def _run_rows(run: dict, eager_ms: float | None = None) -> list[dict[str, Any]]:
             "graph_launches_per_step": m.get("graph_launches_per_step"),
             "copies_per_step": m.get("copies_per_step"),
             "tokens_identical": eq.get("identical"), "max_abs_logit_diff": eq.get("max_abs_logit_diff"),
-            "achieved_GBps": m["achieved_bandwidth"] / 1e9,
+            # no figure where the roofline does not know the model (one on transformers' forward)
+            "achieved_GBps": None if m["achieved_bandwidth"] is None else m["achieved_bandwidth"] / 1e9,
             "share_of_peak": m["bandwidth_share_of_peak"],
             # the step's time over its HBM floor (its bytes at the peak bandwidth)
             "over_hbm_floor": 1 / m["bandwidth_share_of_peak"] if m["bandwidth_share_of_peak"] else None,
@@ -149,7 +150,7 @@ def main(argv: list[str]) -> int:
     results, work = Path(argv[0]), Path(argv[1])
     raw = work / "raw"
     try:
-        runs = [r for r in (_load(raw / f"{name}.json") for name in ("run-b1", "run-qwen3-b1", "tp1")) if r]
+        runs = [r for r in (_load(raw / f"{name}.json") for name in ("run-b1", "run-qwen3-b1", "run-hf", "tp1")) if r]
         sweep, compiled = _load(raw / "sweep.json"), _load(raw / "compile-b1.json")
         probe, localized = _load(raw / "probe.json"), _load(raw / "localize.json")
         trace, plan = _trace_facts(raw), _load(raw / "plan.json")
@@ -158,6 +159,8 @@ def main(argv: list[str]) -> int:
             "steps": _outcomes(work),
             "cuda_tests": _tests(raw),
             "runs": [{"model": run["model"], "tp": run.get("tp", 1), **row} for run in runs for row in _run_rows(run)],
+            # a mode whose capture refused the step or whose replay failed: model -> mode -> why
+            "refused": {run["model"]: run["refused"] for run in runs if run.get("refused")},
             "compile_b1": _run_rows(compiled, _eager_ms(runs[0]) if runs else None) if compiled else None,
             "sweep": _sweep_rows(sweep) if sweep else None,
             "trace": trace,
@@ -190,6 +193,9 @@ def main(argv: list[str]) -> int:
                 kinds = " / ".join(k.removesuffix("_bytes") for k in next(iter(r["graph_MiB_per_bucket"].values())))
                 print(f"{r['mode']} memory, batch {r['batch']}, MiB per bucket ({kinds}): "
                       f"{_memory(r['graph_MiB_per_bucket'])}")
+    for model, modes in summary["refused"].items():
+        for mode, why in modes.items():
+            print(f"{model} {mode}: not run: {why}")
     if summary["sweep"]:
         sweep_keys = list(summary["sweep"][0])
         print(tabulate([[_fmt(r.get(k)) for k in sweep_keys] for r in summary["sweep"]], headers=sweep_keys))

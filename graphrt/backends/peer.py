@@ -34,9 +34,11 @@ def unavailable() -> str | None:
         import transformers
     except ImportError:
         return "transformers is not installed"
-    major = int(transformers.__version__.split(".")[0])
-    if major < 5:
-        return f"the peer needs transformers 5.x (its cache API), found {transformers.__version__}"
+    from graphrt.model.hf_causal import FLOOR, below_floor
+
+    if below_floor(transformers.__version__):
+        return (f"the peer needs transformers >= {'.'.join(map(str, FLOOR))} (its `cache=` API), "
+                f"found {transformers.__version__}")
     return None
 
 

@@ -24,6 +24,7 @@ int too in sliding-window layers), advanced by each call. So here:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ from graphrt.errors import GraphrtError
 from graphrt.model.config import ModelConfig
 
 EXTRA = "pip install 'graphrt[hf]'"
+# the first transformers whose models take their cache as `cache=` (5.23 and older call it
+# `past_key_values` and would leave the StaticCache unused); setup.cfg's `hf` extra states it too
+FLOOR = (5, 24)
 # transformers' experts implementations that graphrt offers (`--experts`): its per-expert loop,
 # every token through every expert at once, and one grouped GEMM where the device has it
 EXPERTS = ("eager", "batched_mm", "grouped_mm")
@@ -47,13 +51,19 @@ def transformers_module(config: ModelConfig) -> Any:
     except ImportError:
         raise GraphrtError(f"{config.name}: model_type {config.model_type!r} runs on transformers' own "
                            f"forward, and transformers is not installed: {EXTRA}") from None
-    if int(transformers.__version__.split(".")[0]) < 5:
-        raise GraphrtError(f"{config.name}: transformers' forward needs transformers 5.x (its cache "
-                           f"API), found {transformers.__version__}: {EXTRA}")
+    if below_floor(transformers.__version__):
+        raise GraphrtError(f"{config.name}: transformers' forward needs transformers >= "
+                           f"{'.'.join(map(str, FLOOR))} (its `cache=` API), found {transformers.__version__}: {EXTRA}")
     # its load reports, hints and progress bars are not graphrt's output
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     return transformers
+
+
+def below_floor(version: str) -> bool:
+    """Is this transformers version ("5.17.0", "5.24.0.dev0") older than FLOOR?"""
+    release = re.match(r"\d+(\.\d+)*", version)
+    return release is None or tuple(int(p) for p in release.group().split(".")) < FLOOR
 
 
 class HFCausalLM(nn.Module):

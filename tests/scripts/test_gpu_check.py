@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PREREQS = REPO / "scripts" / "gpu_prereqs.py"
 
@@ -33,7 +35,7 @@ def test_everything_present_is_one_ok_line_each(tmp_path):
     lines = done.stdout.splitlines()
     assert all(line.startswith("prereq: ok ") for line in lines), lines
     assert any("nvtx" in line for line in lines) and any("pytest" in line for line in lines)
-    assert have["have_graphrt"] == have["have_tests"] == have["have_plot"] == "1"
+    assert have["have_graphrt"] == have["have_tests"] == have["have_plot"] == have["have_hf"] == "1"
 
 
 def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
@@ -81,6 +83,76 @@ def test_a_torch_older_than_graphrts_floor_stops_the_check_with_one_line_naming_
     assert re.search(r"^prereq: MISSING torch >= 2\.\d+ \(this is torch 2\.4\.1, older than graphrt runs on\): "
                      r"nothing can run$", done.stdout, re.M), done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def _older_transformers(tmp_path) -> Path:
+    """A folder for PYTHONPATH holding a transformers 5.17.0, the device image's."""
+    older = tmp_path / "older"
+    (older / "transformers").mkdir(parents=True)
+    (older / "transformers" / "__init__.py").write_text("")
+    (older / "transformers-5.17.0.dist-info").mkdir()
+    (older / "transformers-5.17.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 5.17.0\n")
+    return older
+
+
+def test_a_transformers_older_than_the_hf_floor_skips_only_the_transformers_step(tmp_path):
+    # 5.17 names the cache past_key_values: graphrt's `cache=` would leave its StaticCache unused
+    shell = tmp_path / "have.sh"
+    done = subprocess.run([sys.executable, str(PREREQS), "--device", "cpu", str(shell)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(_older_transformers(tmp_path))})
+    assert done.returncode == 0, done.stderr
+    assert ("prereq: MISSING transformers >= 5.24 (this is 5.17.0): skipping the transformers-backed model's run"
+            in done.stdout.splitlines()), done.stdout
+    have = dict(line.split("=") for line in shell.read_text().split())
+    assert (have["have_hf"], have["have_graphrt"], have["have_tests"]) == ("0", "1", "1")
+
+
+def test_the_check_takes_transformers_from_its_wheels_only_where_the_one_there_is_below_the_floor(tmp_path):
+    def meets(pythonpath: str) -> int:
+        return subprocess.run([sys.executable, str(PREREQS), "--meets-floor", "transformers"], capture_output=True,
+                              env={**os.environ, "PYTHONPATH": pythonpath}).returncode
+
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "transformers.py").write_text("raise ImportError('not installed')\n")
+    assert meets("") == 0  # this environment's, graphrt's pin
+    assert meets(str(_older_transformers(tmp_path))) == 1
+    assert meets(str(blocked)) == 1
+
+
+@pytest.mark.slow
+def test_the_transformers_step_decodes_a_mistral_made_on_the_spot_and_the_summary_shows_it(tmp_path):
+    # the step as gpu_check.sh runs it (its command line read from the script), on the CPU
+    import json
+    import re
+    import shlex
+
+    pytest.importorskip("transformers")
+    line = re.search(r"^step run-hf .*$", CHECK.replace("\\\n", " "), re.M).group()
+    raw, work = tmp_path / "work" / "raw", tmp_path / "work"
+    raw.mkdir(parents=True)
+    values = {"$py": sys.executable, "$work": str(work), "$raw": str(raw), "$device": "cpu", "$dtype": "float32"}
+    argv = []
+    for word in shlex.split(line)[3:]:  # after `step run-hf "$have_hf"`
+        if word == "${graphrt[@]}":
+            argv += [sys.executable, "-m", "graphrt"]
+            continue
+        for name, value in values.items():
+            word = word.replace(name, value)
+        argv.append(word)
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads((raw / "run-hf.json").read_text())
+    assert run["implementation"] == "transformers" and run["refused"] == {}
+    assert run["modes"]["graph"]["equivalence"]["identical"] is True
+    (work / "outcomes.txt").write_text("run-hf=14|ok 9s\n")
+    summary = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_summary.py"), str(tmp_path), str(work)],
+                             cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert summary.returncode == 0, summary.stdout + summary.stderr
+    rows = json.loads((tmp_path / "gpu-summary.json").read_text())["runs"]
+    assert [(r["mode"], r["tokens_identical"], r["achieved_GBps"]) for r in rows] == [("eager", None, None),
+                                                                                     ("graph", True, None)]
 
 
 def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
