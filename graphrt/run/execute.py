@@ -51,6 +51,8 @@ class RunResult:
     per_rank: dict[str, list[rank_figures.RankFigures]] = field(default_factory=dict)
     # per mode that could not capture the step: why, in one line naming the module and op
     refused: dict[str, str] = field(default_factory=dict)
+    # transformers' experts implementation the model ran (None: a model without experts)
+    experts: str | None = None
 
 
 def load(spec: RunSpec, ranks: Ranks | None = None
@@ -140,7 +142,8 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
     backends: list[Backend] = [make_backend(m, model, spec.buckets, spec.lint) for m in modes]
     model.setup_cache(max(b.cache_rows(spec.batch) for b in backends), spec.seq_len)
     prompt, lengths = _prompt(spec, config)
-    result = RunResult(spec, config, device, dtype, prompt, machine=machine(device), ranks=ranks)
+    result = RunResult(spec, config, device, dtype, prompt, machine=machine(device), ranks=ranks,
+                       experts=getattr(model, "experts", None))
     if ranks is not None:
         # before any mode issues a real collective: ranks whose steps disagree would wait forever
         tokens = torch.zeros(spec.batch, 1, dtype=torch.long, device=device)

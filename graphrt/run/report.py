@@ -25,7 +25,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def header(result: RunResult) -> str:
     spec, m = result.spec, result.machine
-    return (f"{result.config.name}{_forward(result.config)} · {m['device_name']} ({result.device.type}) · "
+    experts = f" · experts {result.experts}" if result.experts else ""
+    return (f"{result.config.name}{_forward(result.config)}{experts} · {m['device_name']} ({result.device.type}) · "
             f"{_dtype_name(result.dtype)} · batch {spec.batch} · prompt {spec.prompt_len} · "
             f"{spec.steps} steps ({spec.warmup} warmup, not timed) · cache {spec.seq_len} positions"
             + (f"\nrank 0's own figures, of {result.ranks.world} tensor-parallel ranks (all ranks below)"
@@ -213,6 +214,7 @@ def to_dict(result: RunResult) -> dict[str, Any]:
         "modes": modes,
         "refused": dict(result.refused),  # mode -> why it did not run (its capture refused the step, ...)
         "implementation": "graphrt" if result.config.lean else "transformers",
+        "experts": result.experts,  # transformers' experts implementation; None without experts
         # HF transformers' eager step on the same config and weights (None without transformers)
         "hf_ops_per_step": result.reference_launches and result.reference_launches.ops,
     }
