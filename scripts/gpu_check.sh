@@ -185,10 +185,11 @@ step run-b1 "$have_graphrt" "${graphrt[@]}" run --model "$model" "${common[@]}" 
   --mode eager,piecewise,graph --json "$raw/run-b1.json"
 step run-qwen3-b1 "$have_graphrt" "${graphrt[@]}" run --model "$second_model" "${common[@]}" --batch 1 \
   --mode eager,graph --json "$raw/run-qwen3-b1.json"
-# a tiny seeded mistral made here (no download), then eager against graph on transformers' forward
+# a tiny seeded mistral made here (no download), then eager against piecewise (graphs between its
+# attention modules, graphs/segments.py) and graph on transformers' forward
 step run-hf "$have_hf" bash -c '"$1" scripts/hf_checkpoint.py mistral "$2" >/dev/null && shift 2 && exec "$@"' _ \
   "$py" "$work/mistral" "${graphrt[@]}" run --model "$work/mistral" --device "$device" --dtype "$dtype" \
-  --batch 2 --prompt-len 8 --steps 8 --mode eager,graph --json "$raw/run-hf.json"
+  --batch 2 --prompt-len 8 --steps 8 --mode eager,piecewise,graph --json "$raw/run-hf.json"
 step compile-b1 "$have_compile" "${graphrt[@]}" run --model "$model" "${common[@]}" --batch 1 \
   --mode compile --json "$raw/compile-b1.json"
 step cuda-tests "$have_tests" "$py" -m pytest -q -m cuda -p no:cacheprovider \
