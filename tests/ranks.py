@@ -169,7 +169,7 @@ def disagreeing_run() -> str | None:
     from graphrt.run.spec import RunSpec
 
     signal.alarm(60)
-    build = execute.build_model
+    build = execute.load_model
 
     def planted(*args, **kwargs):
         net = build(*args, **kwargs)
@@ -178,7 +178,7 @@ def disagreeing_run() -> str | None:
             norm.forward = lambda x: _all_reduce(forward(x), dist.group.WORLD.group_name)
         return net
 
-    execute.build_model = planted
+    execute.load_model = planted
     try:
         execute.run(RunSpec(model="tiny", tp=2, mode="eager", steps=3))
         said = None

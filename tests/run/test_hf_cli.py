@@ -126,7 +126,7 @@ def test_transformers_4_is_refused_naming_the_version_and_the_extra(cli, hf_chec
     transformers = pytest.importorskip("transformers")
     monkeypatch.setattr(transformers, "__version__", "4.57.1")  # its cache API is not 5.x's
     one_line_error(cli(*RUN, "--model", hf_checkpoint("mistral")),
-                   "needs transformers 5.x", "found 4.57.1", "pip install 'graphrt[hf]'")
+                   "needs transformers >= 5.24", "found 4.57.1", "pip install 'graphrt[hf]'")
 
 
 def test_without_transformers_a_lean_model_still_runs(cli, monkeypatch):
