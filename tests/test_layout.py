@@ -27,8 +27,9 @@ MAY_IMPORT = {
     "backends": {"graphs", "measure", "model"},
     "run": {"backends", "parallel", "graphs", "measure", "model"},
     "bench": {"run", "backends", "parallel", "graphs", "measure", "model"},
+    "plan": {"run", "backends", "graphs", "measure", "model"},
     "trace": {"run", "backends", "parallel", "graphs", "measure", "model"},
-    "cli": {"run", "bench", "trace", "backends", "parallel", "graphs", "measure", "model"},
+    "cli": {"run", "bench", "plan", "trace", "backends", "parallel", "graphs", "measure", "model"},
 }
 MAX_CODE_LINES = 300
 

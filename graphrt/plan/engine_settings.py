@@ -3,7 +3,7 @@
 Names are spelled as each engine spells them (vLLM's and SGLang's server arguments, TensorRT-LLM's
 LLM API fields, dotted inside `cuda_graph_config`; the speculative-decoding fields each engine takes
 in its own JSON or YAML, dotted inside `speculative_config`); only those that decide its default
-capture list are known here (graphrt.bench.engine_lists reads them). Torch-free: the command line checks
+capture list are known here (graphrt.plan.engine_lists reads them). Torch-free: the command line checks
 them at once.
 """
 

@@ -10,10 +10,10 @@ import shlex
 import pytest
 
 from graphrt.backends.choices import parse_buckets
-from graphrt.bench import engines
-from graphrt.bench.engine_lists import ServedOn, engine_lists, sglang_list, trtllm_lists, vllm_list
-from graphrt.bench.engine_settings import parse_settings
-from graphrt.bench.plan import _engine_record, formed
+from graphrt.plan import engines
+from graphrt.plan.engine_lists import ServedOn, engine_lists, sglang_list, trtllm_lists, vllm_list
+from graphrt.plan.engine_settings import parse_settings
+from graphrt.plan.planner import _engine_record, formed
 from graphrt.errors import GraphrtError
 
 GIB = 1 << 30
@@ -146,8 +146,8 @@ def test_vllm_forms_no_decode_batch_above_max_num_seqs_so_none_is_charged_or_cal
 
 
 def test_a_vllm_row_charges_each_traffic_step_the_steps_its_scheduler_splits_it_into():
-    from graphrt.bench.measure_sizes import SizeFigures
-    from graphrt.bench.plan import _baseline
+    from graphrt.plan.measure_sizes import SizeFigures
+    from graphrt.plan.planner import _baseline
 
     # every step costs 1 ms eager and 0.5 ms as a graph, whatever its batch. Under max_num_seqs 12
     # (full graphs 1, 2, 4, 8) a step of 30 requests runs as 12 (eager: it pads to 16, above

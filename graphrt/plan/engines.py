@@ -2,7 +2,7 @@
 
 Each rule follows the engine's source at the version its comment names, speculative decoding
 included (a decode request of several tokens). The rules take the numbers the engine's server has resolved;
-graphrt.bench.engine_lists resolves them from what a user passes and the device served on.
+graphrt.plan.engine_lists resolves them from what a user passes and the device served on.
 """
 
 from __future__ import annotations

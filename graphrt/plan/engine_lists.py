@@ -1,5 +1,5 @@
 """Each engine's default capture list as its server resolves it: from the settings a user passes
-(graphrt.bench.engine_settings) and the device it serves on, by the rules of graphrt.bench.engines.
+(graphrt.plan.engine_settings) and the device it serves on, by the rules of graphrt.plan.engines.
 
 A list says what it assumed (the settings as resolved, given or defaulted), so a plan's reader
 can tell which server each row stands for.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphrt.bench import engines
-from graphrt.bench.engine_settings import Settings, Value
+from graphrt.plan import engines
+from graphrt.plan.engine_settings import Settings, Value
 from graphrt.errors import GraphrtError
 
 
