@@ -7,8 +7,8 @@ and set against each serving engine's default list as its server resolves it.
     size_rounds.py      timed in interleaved rounds, outliers left out
     optimize.py         the exact optimum under a budget, and the frontier
     engine_settings.py  --engine-setting ENGINE.NAME=VALUE, checked at once (torch-free)
-    engine_lists.py     each engine's default list, as its server resolves it
-    engines.py          the engines' rules, and the chosen list in each engine's option
+    engine_lists.py     each engine's default list as its server resolves it (graphrt.engines has the
+                        rules), and the chosen list in each engine's option
     summary.py          the plan's rows, its table and JSON
     spread.py           each row against the chosen plan with its interval; too noisy to choose
     check.py            the chosen plan captured for real and timed on a sample of the traffic

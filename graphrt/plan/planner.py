@@ -17,14 +17,15 @@ from typing import Any
 import torch
 
 from graphrt.backends.choices import default_buckets
-from graphrt.plan import check, engines, fit, measure_sizes, spread, summary
-from graphrt.plan.engine_lists import EngineList, ServedOn, engine_lists
-from graphrt.plan.optimize import Budget, choose, evaluate
-from graphrt.plan.traffic import Traffic, read_traffic
+from graphrt.engines.engine import EngineList, ServedOn
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
 from graphrt.model.config import ModelConfig
 from graphrt.model.resolve import resolve
+from graphrt.plan import check, fit, measure_sizes, spread, summary
+from graphrt.plan.engine_lists import engine_lists, exports
+from graphrt.plan.optimize import Budget, choose, evaluate
+from graphrt.plan.traffic import Traffic, read_traffic
 from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.machine import versions
@@ -215,7 +216,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
         "baselines": [{**summary.row_dict(r), "vs_chosen": vs.as_dict()} for r, vs in zip(rows[1:], compared)],
         "verdict": verdict.as_dict(),
         "frontier": summary.frontier_dicts(frontier),
-        "export": engines.exports(chosen.sizes),
+        "export": exports(chosen.sizes),
         "check": None,
     }
     if options["verify"]:
