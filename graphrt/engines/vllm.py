@@ -164,5 +164,6 @@ def export(sizes: tuple[int, ...]) -> dict:
 
 ENGINE = Engine(NAME, read_marker, re.compile(r"execute_(new_|context_|[0-9]+_context_)"),
                 "vLLM's execute_context_N(T)_generation_N(T), execute_T_context_… or execute_new_N_cached_N",
-                is_runner_function, "vllm", SETTINGS,
-                lambda given, device, max_model_len: [capture_list(given, device, max_model_len)], export)
+                runner_function=is_runner_function, key="vllm", settings=SETTINGS,
+                resolve=lambda given, device, max_model_len: [capture_list(given, device, max_model_len)],
+                export=export)
