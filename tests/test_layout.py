@@ -20,6 +20,7 @@ TOP = {"testing", "__main__"}  # the public entry points above every package
 
 # what each package may import besides itself and the base (docs/design.md, "Layout")
 MAY_IMPORT = {
+    "engines": set(),  # torch-free: the command line and the trace readers use it
     "model": set(),
     "measure": {"model"},
     "graphs": {"measure"},
@@ -27,8 +28,9 @@ MAY_IMPORT = {
     "backends": {"graphs", "measure", "model"},
     "run": {"backends", "parallel", "graphs", "measure", "model"},
     "bench": {"run", "backends", "parallel", "graphs", "measure", "model"},
-    "trace": {"run", "backends", "parallel", "graphs", "measure", "model"},
-    "cli": {"run", "bench", "trace", "backends", "parallel", "graphs", "measure", "model"},
+    "plan": {"engines", "run", "backends", "graphs", "measure", "model"},
+    "trace": {"engines", "run", "backends", "parallel", "graphs", "measure", "model"},
+    "cli": {"engines", "run", "bench", "plan", "trace", "backends", "parallel", "graphs", "measure", "model"},
 }
 MAX_CODE_LINES = 300
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from graphrt.measure.launches import StepLaunches
 from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.measure.stats import Stats
 from graphrt.run.decode import Generation
-from graphrt.run.machine import machine
+from graphrt.run.machine import machine, versions
 
 FORMAT = "graphrt-bench/1"
 GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
@@ -46,17 +45,6 @@ MIB = 1 << 20
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def versions() -> dict[str, str | None]:
-    found = {}
-    for package in ("graphrt", "torch", "transformers", "matplotlib", "nvtx"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = None
-    found["torch"] = torch.__version__  # the running one, local build tag included
-    return found
 
 
 def new_document(scenario: Scenario, device: torch.device, dtype: torch.dtype,

@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from graphrt.backends.choices import parse_buckets
-from graphrt.bench.engine_settings import Settings, parse_settings
-from graphrt.bench.size_rounds import ROUNDS
-from graphrt.bench.traffic import describe, read_traffic
+from graphrt.plan.engine_settings import Settings, parse_settings
+from graphrt.plan.size_rounds import ROUNDS
+from graphrt.plan.traffic import describe, read_traffic
 from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
 from graphrt.cli.plot_option import check_plot
 from graphrt.io import check_writable, write_json
@@ -38,7 +38,7 @@ class _Progress:
 
 def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
-    from graphrt.bench import plan_check, plan_report
+    from graphrt.plan import check, summary
 
     measured = sum(f["measured"] for f in doc["per_size"])
     click.echo(f"{doc['model']} · {doc['machine']['device_name']} ({doc['device']}) · {doc['dtype']} · "
@@ -46,23 +46,23 @@ def print_plan(doc: dict[str, Any], traffic_line: str) -> None:
     timing = doc["timing"]
     click.echo(f"{len(doc['per_size'])} sizes, {measured} measured ({timing['steps']} steps each, "
                f"{timing['warmup']} warmup, in {timing['rounds']} interleaved rounds), the rest interpolated")
-    for line in plan_report.rounds_lines(doc["per_size"], timing["rounds"]):
+    for line in summary.rounds_lines(doc["per_size"], timing["rounds"]):
         click.echo(line)
     click.echo(f"engines' lists as their servers resolve them, served on {doc['served_on']['said']}:")
-    for line in plan_report.engine_lines(doc["engines"]):
+    for line in summary.engine_lines(doc["engines"]):
         click.echo(f"  {line}")
     verdict = doc["verdict"]
-    click.echo(plan_report.table([doc["chosen"], *doc["baselines"]], verdict["noisy"]))
+    click.echo(summary.table([doc["chosen"], *doc["baselines"]], verdict["noisy"]))
     if verdict["said"]:
         click.echo(f"{'no verdict' if verdict['noisy'] else 'note'}: {verdict['said']}")
     click.echo("\nfrontier (best plan per number of graphs):")
-    click.echo(plan_report.frontier_table(doc["frontier"]))
+    click.echo(summary.frontier_table(doc["frontier"]))
     if not verdict["noisy"]:
         click.echo("\nthe chosen sizes, as each engine takes them:")
-        for line in plan_report.export_lines(doc["export"]):
+        for line in summary.export_lines(doc["export"]):
             click.echo(f"  {line}")
     if doc["check"]:
-        click.echo(plan_check.Check.from_dict(doc["check"]).describe())
+        click.echo(check.Check.from_dict(doc["check"]).describe())
     if doc["graphs"] == "tape":
         click.echo("note: TapeGraphs here: the figures are the CPU's, with CUDA-graph semantics "
                    "and no launch overhead to remove; plan on the GPU that serves")
@@ -131,8 +131,8 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
     check_plot(plot_path)
     traffic_line = describe(read_traffic(options["traffic"]))  # a bad file fails before any loading
     # torch: imported where the command runs, not for --help (docs/design.md, "Start-up")
-    from graphrt.bench import plan_plot
-    from graphrt.bench.plan import make_plan
+    from graphrt.plan import frontier_plot
+    from graphrt.plan.planner import make_plan
 
     progress = _Progress()
     try:
@@ -144,4 +144,4 @@ def plan(json_path: str | None, plot_path: str | None, **options: Any) -> None:
         write_json(json_path, doc)
         click.echo(f"wrote {json_path}")
     if plot_path:
-        click.echo(plan_plot.write_plot(doc, plot_path))
+        click.echo(frontier_plot.write_plot(doc, plot_path))

@@ -1,8 +1,9 @@
-"""The machine a run, a trace or a sweep ran on, as its JSON records it: the hardware's facts and,
-on CUDA, what a capture and a trace can say of graph nodes there."""
+"""The machine a run, a trace, a sweep or a plan ran on, as its JSON records it: the hardware's facts,
+on CUDA what a capture and a trace can say of graph nodes there, and the versions it ran with."""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import torch
@@ -18,3 +19,15 @@ def machine(device: torch.device) -> dict[str, Any]:
         facts["graph_node_annotations"] = annotate.unavailable() or "available"
         facts["profiler_graph_node_records"] = annotate.profiler_node_ids()  # what a trace can look up
     return facts
+
+
+def versions() -> dict[str, str | None]:
+    """The versions of graphrt and what it measures with, as a result records them (None: not installed)."""
+    found = {}
+    for package in ("graphrt", "torch", "transformers", "matplotlib", "nvtx"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    found["torch"] = torch.__version__  # the running one, local build tag included
+    return found

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from graphrt.cli.main import main
-from graphrt.trace.analysis.markers import COUNT_BOUND, parse, unread
+from graphrt.engines.step_marker import COUNT_BOUND
+from graphrt.trace.analysis.markers import parse, unread
 
 
 def _trace(tmp_path: Path, names: list[str]) -> Path:

@@ -4,8 +4,8 @@ them (the module docstring names the source and the releases)."""
 
 import pytest
 
-from graphrt.trace.analysis.markers import (ANNOTATION, PROFILER_ITERATION, RUNNER_FUNCTION, Marker, choose_steps,
-                                            group_label, parse, step_mode)
+from graphrt.engines.step_marker import ANNOTATION, PROFILER_ITERATION, RUNNER_FUNCTION, Marker
+from graphrt.trace.analysis.markers import choose_steps, group_label, parse, step_mode
 
 
 @pytest.mark.parametrize("name, engine, phase, requests, tokens, padded_to", [

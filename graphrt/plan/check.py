@@ -31,8 +31,8 @@ import torch
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.bench.measure_sizes import DRAINED, SizeFigures
-from graphrt.bench.traffic import Traffic
+from graphrt.plan.measure_sizes import DRAINED, SizeFigures
+from graphrt.plan.traffic import Traffic
 from graphrt.measure.stats import Stats
 from graphrt.measure.timing import StepTimer
 from graphrt.model.decoder import Qwen2ForCausalLM

@@ -5,14 +5,14 @@ step, so that no size's figures pay for what a process does once (the cuBLAS han
 loaded kernels, attention's set-up) and none depends on the order of measuring. Then every
 size's graph is captured largest first into one pool (`GraphBackend.prepare`, as a server
 captures its list), which gives each graph's increment to a pool larger graphs filled and its
-capture time. Then the steps are timed in interleaved rounds (graphrt.bench.size_rounds: every
+capture time. Then the steps are timed in interleaved rounds (graphrt.plan.size_rounds: every
 size and mode a few steps a round, each a decode through `run.decode` after warmup, each step
 from an idle device, `DRAINED`), so that a stretch a busy machine loses falls on one round, and
 its outliers are left out by name.
 
 On CUDA each size but the largest is also captured alone into a fresh pool, for what it costs
 as the first (largest) graph of a plan; a tape keeps its own tensors whatever the pool, so there
-the two are one figure (graphrt.bench.optimize states the model). Sizes between grid points are
+the two are one figure (graphrt.plan.optimize states the model). Sizes between grid points are
 interpolated linearly and say so.
 """
 
@@ -27,7 +27,7 @@ import torch
 from graphrt.backends.base import Backend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.bench import size_rounds
+from graphrt.plan import size_rounds
 from graphrt.errors import GraphrtError
 from graphrt.graphs import graph_kind
 from graphrt.measure.nvtx import nvtx_range
@@ -36,7 +36,7 @@ from graphrt.run.decode import decode, random_prompt
 
 
 # Every step the plan times (these per-size figures, and the check's sample through the captured
-# plan, graphrt.bench.plan_check) starts on an idle device: a step the check runs after queued
+# plan, graphrt.plan.check) starts on an idle device: a step the check runs after queued
 # replays is then timed as the same step was here, its launch cost included either way.
 DRAINED = True
 FIRST_STEP = "first_step[bs={}]"  # the range around each size's first step, before any is measured
@@ -57,7 +57,7 @@ class SizeFigures:
     first_capture_s: float
     measured: bool  # False: interpolated between the measured sizes around it
     # measured sizes: each round's median step, and the steps left out as outliers, per mode
-    # (graphrt.bench.size_rounds); empty where interpolated, or read from a plan made before rounds
+    # (graphrt.plan.size_rounds); empty where interpolated, or read from a plan made before rounds
     eager_rounds_ms: tuple[float, ...] = ()
     graph_rounds_ms: tuple[float, ...] = ()
     eager_outliers_ms: tuple[float, ...] = ()

@@ -1,7 +1,7 @@
 """How sure a plan's comparisons are: each list's "vs chosen" with the uncertainty of the figures
 it rests on, and whether the figures can choose at all.
 
-The per-size figures are medians of round medians (graphrt.bench.size_rounds). How far a round
+The per-size figures are medians of round medians (graphrt.plan.size_rounds). How far a round
 median strays from its figure is the machine's doing (a busy stretch slows any size alike), not
 the size's: three rounds of one size that happen to agree do not make it known to the
 microsecond while every other size's rounds stray by a fifth. So the strays are pooled: each
@@ -25,9 +25,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from graphrt.bench import size_rounds
-from graphrt.bench.measure_sizes import SizeFigures, between
-from graphrt.bench.optimize import Problem, evaluate
+from graphrt.plan import size_rounds
+from graphrt.plan.measure_sizes import SizeFigures, between
+from graphrt.plan.optimize import Problem, evaluate
 from graphrt.measure import robust
 
 NOISY = 0.10  # the furthest the chosen plan's interval may reach from its mean step for a choice

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from graphrt.backends.graph import GraphBackend
-from graphrt.bench.measure_sizes import SizeFigures
-from graphrt.bench.optimize import evaluate
-from graphrt.bench.plan_check import Check, Mean, check, predict, sample
-from graphrt.bench.plan_report import problem_for
+from graphrt.plan.measure_sizes import SizeFigures
+from graphrt.plan.optimize import evaluate
+from graphrt.plan.check import Check, Mean, check, predict, sample
+from graphrt.plan.summary import problem_for
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
 

@@ -9,9 +9,9 @@ from itertools import combinations, cycle
 import pytest
 from click.testing import CliRunner
 
-from graphrt.bench.measure_sizes import SizeFigures, interpolate
-from graphrt.bench.optimize import evaluate
-from graphrt.bench.plan_report import problem_for
+from graphrt.plan.measure_sizes import SizeFigures, interpolate
+from graphrt.plan.optimize import evaluate
+from graphrt.plan.summary import problem_for
 from graphrt.cli.main import main
 
 TRAFFIC = {"1": 30, "2": 20, "3": 12, "5": 8, "6": 4}

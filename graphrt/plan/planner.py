@@ -1,7 +1,7 @@
 """`graphrt plan`: which batch sizes to capture, from measured steps and a server's traffic.
 
 Read the traffic; measure every size up to the largest any list needs (a grid, the rest
-interpolated); choose the exact optimum under the budget (graphrt.bench.optimize); set it against
+interpolated); choose the exact optimum under the budget (graphrt.plan.optimize); set it against
 the engines' defaults; capture it for real and time a sample of the traffic through it; print
 the table and the exports, write the JSON and the frontier's PNG. `graphrt.cli` adds the command.
 """
@@ -17,17 +17,18 @@ from typing import Any
 import torch
 
 from graphrt.backends.choices import default_buckets
-from graphrt.bench import engines, measure_sizes, plan_check, plan_fit, plan_report, plan_spread
-from graphrt.bench.engine_lists import EngineList, ServedOn, engine_lists
-from graphrt.bench.optimize import Budget, choose, evaluate
-from graphrt.bench.results import versions
-from graphrt.bench.traffic import Traffic, read_traffic
+from graphrt.engines.engine import EngineList, ServedOn
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
 from graphrt.model.config import ModelConfig
 from graphrt.model.resolve import resolve
+from graphrt.plan import check, fit, measure_sizes, spread, summary
+from graphrt.plan.engine_lists import engine_lists, exports
+from graphrt.plan.optimize import Budget, choose, evaluate
+from graphrt.plan.traffic import Traffic, read_traffic
 from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
+from graphrt.run.machine import versions
 from graphrt.run.spec import RunSpec
 
 # 4: per-size rounds and outliers, each row's vs_chosen with its interval, the verdict
@@ -81,11 +82,11 @@ def formed(traffic: Traffic, largest: int | None) -> Traffic:
     return steps
 
 
-def _baseline(figures: list[measure_sizes.SizeFigures], traffic: Traffic, listed: EngineList) -> plan_report.Row:
+def _baseline(figures: list[measure_sizes.SizeFigures], traffic: Traffic, listed: EngineList) -> summary.Row:
     """A list's row over the steps its server forms of the traffic (see `formed`), its mean
     step per step of the traffic so that rows compare; its eager share of the server's steps."""
     served = formed(traffic, listed.full_graphs_up_to)
-    row = plan_report.baseline(plan_report.problem_for(figures, served), listed.name, listed.decode_sizes(),
+    row = summary.baseline(summary.problem_for(figures, served), listed.name, listed.decode_sizes(),
                                max(served), listed.padding, len(listed.sizes) - len(listed.decode_sizes()))
     if served is traffic:
         return row
@@ -145,11 +146,11 @@ def _fits(spec: RunSpec, config: ModelConfig, grid: str, keep: list[int],
     device = resolve_device(spec.device)
     where = hardware.device_name(device) if device.type == "cuda" else "this machine"
     itemsize, free = resolve_dtype(spec.dtype, device).itemsize, hardware.memory(device).free
-    plan_fit.check_largest(config, spec.batch, keep[0], spec.prompt_len, spec.steps, itemsize, free, where)
+    fit.check_largest(config, spec.batch, keep[0], spec.prompt_len, spec.steps, itemsize, free, where)
     sizes = measure_sizes.grid(spec.batch, grid, keep)
-    fit = plan_fit.fit(config, sizes, spec.prompt_len, spec.steps, itemsize, free, where)
-    tell(fit.describe())
-    fit.check()
+    needed = fit.fit(config, sizes, spec.prompt_len, spec.steps, itemsize, free, where)
+    tell(needed.describe())
+    needed.check()
     return sizes
 
 
@@ -186,17 +187,17 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
         measured = measure_sizes.measure(model, sizes, spec.steps, spec.warmup, spec.prompt_len,
                                          spec.seed, options["rounds"], on_measure=say)
     figures = measure_sizes.interpolate(measured, top)
-    problem = plan_report.problem_for(figures, traffic)
+    problem = summary.problem_for(figures, traffic)
     budget = Budget(options["max_graphs"],
-                    None if options["memory"] is None else round(options["memory"] * plan_report.MIB),
+                    None if options["memory"] is None else round(options["memory"] * summary.MIB),
                     None if options["capture_seconds"] is None else round(options["capture_seconds"] * 1e6))
     said = " ".join(f"--{name.replace('_', '-')} {options[name]:g}" for name in ("max_graphs", "memory", "capture_seconds")
                     if options[name] is not None)
     chosen, frontier = choose(problem, budget, said or None)
-    rows = [plan_report.Row("chosen", chosen),
+    rows = [summary.Row("chosen", chosen),
             *(_baseline(figures, traffic, listed) for listed in lists),
-            plan_report.Row("all eager", evaluate(problem, ()))]
-    compared, verdict = plan_spread.compare(problem, measured, chosen.sizes,
+            summary.Row("all eager", evaluate(problem, ()))]
+    compared, verdict = spread.compare(problem, measured, chosen.sizes,
                                             [(r.plan.sizes, r.padding) for r in rows[1:]])
     doc: dict[str, Any] = {
         "format": FORMAT, "model": config.name, "device": device.type, "dtype": dtype_name,
@@ -211,15 +212,15 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
                       "blackwell": device_facts.blackwell, "said": device_said},
         "engines": [_engine_record(listed, traffic) for listed in resolved],
         "per_size": measure_sizes.to_records(figures),
-        "chosen": plan_report.row_dict(rows[0]),
-        "baselines": [{**plan_report.row_dict(r), "vs_chosen": vs.as_dict()} for r, vs in zip(rows[1:], compared)],
+        "chosen": summary.row_dict(rows[0]),
+        "baselines": [{**summary.row_dict(r), "vs_chosen": vs.as_dict()} for r, vs in zip(rows[1:], compared)],
         "verdict": verdict.as_dict(),
-        "frontier": plan_report.frontier_dicts(frontier),
-        "export": engines.exports(chosen.sizes),
+        "frontier": summary.frontier_dicts(frontier),
+        "export": exports(chosen.sizes),
         "check": None,
     }
     if options["verify"]:
         model.setup_cache(top, spec.prompt_len + spec.steps)
-        doc["check"] = plan_check.check(model, figures, chosen.sizes, chosen.memory_bytes, traffic,
+        doc["check"] = check.check(model, figures, chosen.sizes, chosen.memory_bytes, traffic,
                                         options["verify_steps"], spec.prompt_len, spec.seed).as_dict()
     return doc

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphrt.bench import measure_sizes, plan_fit
-from graphrt.bench.measure_sizes import FIRST_STEP
+from graphrt.plan import fit as plan_fit, measure_sizes
+from graphrt.plan.measure_sizes import FIRST_STEP
 from graphrt.errors import GraphrtError
 from graphrt.measure import nvtx
 from graphrt.model.config import PRESETS

@@ -9,10 +9,10 @@ import statistics
 
 import pytest
 
-from graphrt.bench import plan_spread
-from graphrt.bench.measure_sizes import SizeFigures, interpolate
-from graphrt.bench.optimize import evaluate
-from graphrt.bench.plan_report import problem_for, vs_chosen_text
+from graphrt.plan import spread as plan_spread
+from graphrt.plan.measure_sizes import SizeFigures, interpolate
+from graphrt.plan.optimize import evaluate
+from graphrt.plan.summary import problem_for, vs_chosen_text
 
 TRAFFIC = {1: 40, 2: 30, 3: 20, 4: 10}
 STEADY = (1.0, 1.0, 1.0, 1.0)  # round medians, relative: no spread

@@ -1,4 +1,4 @@
-"""The plan optimizer (graphrt.bench.optimize) against brute force over every subset."""
+"""The plan optimizer (graphrt.plan.optimize) against brute force over every subset."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from itertools import combinations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from graphrt.bench.optimize import Budget, Problem, choose, evaluate, frontier
+from graphrt.plan.optimize import Budget, Problem, choose, evaluate, frontier
 from graphrt.errors import GraphrtError
 
 

@@ -1,6 +1,6 @@
 """Whether a plan's measuring fits the device, said before it starts.
 
-What the measuring holds at once, at least (graphrt.bench.measure_sizes): the model's parameters,
+What the measuring holds at once, at least (graphrt.plan.measure_sizes): the model's parameters,
 a KV cache of the largest size's rows, every size's graph with its static logits [b, V] (a graph
 keeps its output for as long as it lives, whatever pool it shares), and the largest size's
 prefill logits [top, T, V]. Activations, workspaces and the graphs' other intermediates come on

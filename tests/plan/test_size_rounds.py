@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from graphrt.bench import size_rounds
-from graphrt.bench.size_rounds import Timed, run_rounds
+from graphrt.plan import size_rounds
+from graphrt.plan.size_rounds import Timed, run_rounds
 
 BASE = {"eager": 1.0, "graph": 0.5}  # ms a step, at batch 1; + 0.1 ms a row
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from graphrt.bench.engine_lists import said
-from graphrt.bench.measure_sizes import SizeFigures
-from graphrt.bench.optimize import Plan, Problem, evaluate
-from graphrt.bench.size_rounds import LEVEL, MODES, WIDE
+from graphrt.plan.engine_lists import said
+from graphrt.plan.measure_sizes import SizeFigures
+from graphrt.plan.optimize import Plan, Problem, evaluate
+from graphrt.plan.size_rounds import LEVEL, MODES, WIDE
 from graphrt.measure.robust import OUTLIER_MADS
 
 MIB = 1 << 20

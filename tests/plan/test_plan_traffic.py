@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphrt.bench.traffic import read_traffic
+from graphrt.plan.traffic import read_traffic
 from graphrt.errors import GraphrtError
 
 
