@@ -8,7 +8,7 @@ tiny`, and `./Qwen2-0.5B` is a tiny HF checkpoint with a tokenizer. A few run on
 (`SMALLER`, each with its reason). `make` commands run dry (`make -n`), and what they would run is
 run: `graphrt` as above, pytest collecting the tests it would run. A command CI runs through make
 (`.ci/run`) counts as run. A command whose comment says "GPU only" is left to the reader, as are
-those `NOT_RUN` names with the reason; one on fetched data (`tests/data/engines/`) runs where it is.
+those `NOT_RUN` names with the reason; one on fetched data (`tests/data/engines/`, or the shared fixtures' `engines/`) runs where it is.
 
 Where a page shows what a command prints (`$ command`, the lines under it), the real output must
 have each table's columns, in order, and each labelled line up to its first figure; where a page
@@ -26,10 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import engine_traces
 import pytest
 from docs_pages import PAGES, ROOT, Example, examples, headings, json_fields, labelled_lines, links, table_headers
 
-ENGINE_DATA = ROOT / "tests" / "data" / "engines"  # fetched, not kept: its README says from where
 
 # A command shown -> what runs instead, and why: the same command on less.
 SMALLER = {
@@ -190,8 +190,9 @@ def test_every_command_a_page_shows_runs_and_prints_what_it_shows(page, tmp_path
         if shown.startswith("make "):
             output = session.run_make(shown, example.where)
         elif shown in FETCHED:
-            folder = ENGINE_DATA / FETCHED[shown]
-            if not folder.is_dir():
+            folder = next((place / FETCHED[shown] for place in engine_traces.PLACES
+                           if (place / FETCHED[shown]).is_dir()), None)
+            if folder is None:
                 continue  # not here: tests/trace/test_engine_steps.py skips on it too
             output = session.run(shown, example.where, data=folder)
         else:

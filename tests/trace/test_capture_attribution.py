@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from engine_traces import engine_trace
 
 from graphrt.cli.main import main
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.engine_capture import attribute, captures, totals
 from graphrt.trace.analysis.timeline import step_timelines
 
-ENGINES = Path(__file__).parents[1] / "data" / "engines"
 PAIRS = {  # case: (serving trace, capture trace)
     "sglang_decode": ("sglang_Qwen3-8B_decode.json.gz", "capture_traces/bs_32_rank0.json.gz"),
     "vllm_decode_full": ("graph_execution.json.gz",
@@ -36,11 +36,7 @@ LAUNCH = re.compile(r"hip(Ext)?(Module)?LaunchKernel|cudaLaunchKernel")
 
 
 def _pair(case: str) -> tuple[Path, Path]:
-    paths = tuple(ENGINES / case / name for name in PAIRS[case])
-    for path in paths:
-        if not path.is_file():
-            pytest.skip(f"{path} is not here (tests/data/engines/README.md says where it comes from)")
-    return paths
+    return tuple(engine_trace(f"{case}/{name}") for name in PAIRS[case])
 
 
 def _load(path: Path) -> list[dict]:

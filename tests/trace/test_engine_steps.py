@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from docs_pages import ROOT, examples
+from engine_traces import engine_trace
 
 from graphrt.cli.main import main
 
 DATA = Path(__file__).parents[1] / "data"
 V100 = DATA / "torch" / "hta-v100-graph-launches.json.gz"
-ENGINES = DATA / "engines"
 ENGINE_TRACES = {  # TraceLens tests/traces/inference/<case>/<file>
     "vllm_decode_full": "graph_execution.json.gz",
     "vllm_prefilldecode_piecewise": "graph_execution.json.gz",
@@ -131,10 +131,7 @@ def _figures(step: dict) -> dict:
 
 
 def _engine_trace(case: str) -> Path:
-    path = ENGINES / case / ENGINE_TRACES[case]
-    if not path.is_file():
-        pytest.skip(f"{path.relative_to(DATA.parent)} is not here (tests/data/engines/README.md says where it comes from)")
-    return path
+    return engine_trace(f"{case}/{ENGINE_TRACES[case]}")
 
 
 @pytest.mark.parametrize("case", list(ENGINE_TRACES))
@@ -314,8 +311,8 @@ def test_a_directory_of_rank_files_shows_the_ranks_side_by_side(tmp_path):
 
 def test_the_manual_shows_what_analyze_prints_of_sglangs_trace(tmp_path):
     (example,) = [e for e in examples(ROOT / "docs" / "traces.md") if e.command.startswith("graphrt analyze sglang_")]
-    _engine_trace("sglang_decode")
-    _, text, _, _ = analyze(tmp_path, *(ENGINES / "sglang_decode" / p for p in example.command.split()[2:]))
+    folder = _engine_trace("sglang_decode").parent
+    _, text, _, _ = analyze(tmp_path, *(folder / p for p in example.command.split()[2:]))
     printed = text.splitlines()
     # a line cut short with "..." shows the start of a printed line
     missing = [line for line in example.shown if not any(
