@@ -51,6 +51,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from graphrt.errors import cut
+from graphrt.trace.read.chrome_events import is_runner_function
+
 UNKNOWN = "unknown"
 PHASES = ("prefill", "decode", "mixed", "idle", "verify", "draft", UNKNOWN)
 
@@ -59,7 +62,6 @@ ANNOTATION, RUNNER_FUNCTION, PROFILER_ITERATION = 1, 2, 3  # tiers: the lower wi
 
 # the markers, as a note names them where a trace has none
 MARKERS = "graphrt's, vLLM's, SGLang's, ATOM's, TensorRT-LLM's or ProfilerStep#N"
-PYTHON_DOMAIN = "python"  # the Range.domain of a python function kept as a step marker
 # engines hold a step's rows and tokens in int32 tensors (positions, slot maps, grid sizes): no
 # marker of theirs states a count from 2**31 up
 COUNT_BOUND = 2**31
@@ -101,7 +103,6 @@ _ATOM = re.compile(r"(prefill|decode)\[bs=(\d+)(?:/(\d+))?( .*)?\]", re.ASCII)  
 _TRTLLM = re.compile(r"(?:\[Executor\] )?_forward_step(?: \d+)?: (\d+) ctx reqs, (?:(\d+) ctx tokens, )?(\d+) gen reqs",
                      re.ASCII)
 _PROFILER_STEP = re.compile(r"ProfilerStep#\d+", re.ASCII)
-_RUNNER_FUNCTION = re.compile(r".*model_runner\.py\(\d+\): execute_model")
 _FIELDS = re.compile(r"([a-z_]+)=(\d+)", re.ASCII)
 _DIGITS = re.compile(r"[0-9]+")
 # what a name that begins like an engine's marker was expected to be, by that beginning
@@ -119,12 +120,6 @@ _LOOKS_LIKE = (
 _SGLANG_PHASES = {"EXTEND": "prefill", "SPLIT_PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed",
                   "IDLE": "idle", "TARGET_VERIFY": "verify", "VERIFY": "verify", "DRAFT": "draft",
                   "DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "DRAFT_LOOP": "draft"}
-
-
-def is_runner_function(name: str) -> bool:
-    """A python function (torch.profiler with stack) that is a model runner's step: vLLM's
-    `…/gpu_model_runner.py(N): execute_model`. The Chrome reader keeps these as ranges."""
-    return name.endswith(": execute_model") and _RUNNER_FUNCTION.fullmatch(name) is not None
 
 
 class _PastBound(ValueError):
@@ -258,11 +253,6 @@ def unread(names: Iterable[str]) -> list[Unread]:
         if isinstance(found, Unread):
             out.append(found)
     return out
-
-
-def cut(text: str, width: int) -> str:
-    """`text`, cut to `width` characters with an ellipsis where longer (for a line of text)."""
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def step_mode(launches: int, graph_launches: int, launches_recorded: bool, marker: Marker) -> str:
