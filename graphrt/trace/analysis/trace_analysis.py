@@ -82,15 +82,20 @@ def analyze_traces(files: list[Path], jobs: int, quiet: bool = False, directory:
     records = [CaptureRecords(*capture_ranges(p)) for p in files]
     several = len(files) > 1
     modules = replay_modules([(f.source.name if several else "", f.timelines) for f in found], records)
+    # a replay group no module attribution covers: its work fires no module range of its own
     attributed = {m.replay.rpartition(": ")[2] for m in modules}
     replays = {t.group: t.unit for f in found for t in f.timelines if is_replay(t.group) and t.work}
+    # an engine's capture traces among the files attribute its replays, where their launch calls name kernels
     groups = [g for f in found for g in f.captures]
     named = any(g.named for g in groups)
     ranks = _ranks(found) if directory is not None else None
     return TraceAnalysis(
-        found, records, compare_steps([f.report for f in found]), ranks, directory if ranks else None, modules,
-        [(group, steps) for f in found for group, steps in f.attributed(groups).items()] if named else [],
-        bool(groups) and not named, {g: unit for g, unit in replays.items() if g not in attributed})
+        files=found, records=records, comparisons=compare_steps([f.report for f in found]),
+        ranks=ranks, ranks_source=directory if ranks else None, replay_modules=modules,
+        capture_attribution=[(group, steps) for f in found for group, steps in f.attributed(groups).items()]
+        if named else [],
+        captures_unnamed=bool(groups) and not named,
+        unattributed={group: unit for group, unit in replays.items() if group not in attributed})
 
 
 def _ranks(found: list[FileAnalysis]) -> list[list[RankGroup]] | None:
