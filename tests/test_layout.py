@@ -1,6 +1,6 @@
 """The layout docs/design.md describes holds: every package says its job, no module name is used
-twice, no file passes 300 lines of code, imports point one way, and nothing cites a file the
-repository does not have."""
+twice, no file passes 300 lines of code, imports point one way (between packages, and inside
+trace/ from read to analysis to present), and nothing cites a file the repository does not have."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ MAY_IMPORT = {
     "cli": {"engines", "run", "bench", "plan", "trace", "backends", "parallel", "graphs", "measure", "model"},
 }
 MAX_CODE_LINES = 300
+MAX_COMMAND_LINES = 130  # a command module parses options, calls, and prints; the work lives in its package
+# inside trace/, a stage may import only the stages before it (docs/design.md, "The flow of analyze")
+TRACE_STAGES = ("graphrt.trace.read", "graphrt.trace.analysis", "graphrt.trace.present")
+TABLE_FORMATTERS = {"tabulate", "matplotlib"}  # what only trace/present may turn figures into text or pictures with
 
 
 def _modules() -> dict[str, Path]:
@@ -111,6 +115,14 @@ def test_no_file_passes_300_lines_of_code():
     assert not long, long
 
 
+def test_no_command_module_passes_130_lines_of_code():
+    commands = {name: path for name, path in MODULES.items() if name.startswith("graphrt.cli.") and
+                name.endswith("_command")}
+    assert commands, "no graphrt/cli/*_command.py found"
+    long = {name: n for name, path in commands.items() if (n := _code_lines(path)) > MAX_COMMAND_LINES}
+    assert not long, long
+
+
 def test_packages_import_only_the_packages_below_them():
     wrong = []
     for name, path in MODULES.items():
@@ -122,6 +134,38 @@ def test_packages_import_only_the_packages_below_them():
             if theirs not in BASE | {mine} | MAY_IMPORT[mine] and imported != "graphrt":
                 wrong.append(f"{name} imports {imported}")
     assert not wrong, "\n".join(wrong)
+
+
+def _stage(module: str) -> int | None:
+    return next((i for i, stage in enumerate(TRACE_STAGES) if module.startswith(stage + ".")), None)
+
+
+def test_trace_reading_analysing_and_presenting_import_only_earlier_stages():
+    wrong = []
+    for name, path in MODULES.items():
+        if (mine := _stage(name)) is None:
+            continue
+        for imported in _imports(path):
+            if (theirs := _stage(imported)) is not None and theirs > mine:
+                wrong.append(f"{name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _outside_imports(path: Path) -> set[str]:
+    """The top-level names of the packages outside graphrt that `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - {"graphrt"}
+
+
+def test_trace_reading_and_analysing_format_no_tables_or_pictures():
+    wrong = {name: sorted(used) for name, path in MODULES.items()
+             if _stage(name) in (0, 1) and (used := _outside_imports(path) & TABLE_FORMATTERS)}
+    assert not wrong, wrong
 
 
 def test_no_module_imports_itself_through_others():

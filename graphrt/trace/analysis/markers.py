@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from graphrt.engines.registry import ENGINES
 from graphrt.engines.step_marker import ANNOTATION, PROFILER_ITERATION, UNKNOWN, Marker, PastBound, count
+from graphrt.errors import cut
 
 PHASES = ("prefill", "decode", "mixed", "idle", "verify", "draft", UNKNOWN)
 
@@ -38,7 +39,6 @@ GRAPHRT, PROFILER = "graphrt", "torch.profiler"
 
 # the markers, as a note names them where a trace has none
 MARKERS = "graphrt's, " + ", ".join(f"{engine.name}'s" for engine in ENGINES) + " or ProfilerStep#N"
-PYTHON_DOMAIN = "python"  # the Range.domain of a python function kept as a step marker
 _ROWS_RUN = ("prefill", "decode", "mixed", "verify", "draft")  # phases that ran at least one request
 
 _GRAPHRT = re.compile(r"(decode_step|replay)\[([^\]]*)\]")
@@ -50,15 +50,6 @@ _LOOKS_LIKE = (
     *((engine.begins, engine.forms) for engine in ENGINES),
     (re.compile(r"ProfilerStep#"), "ProfilerStep#N"),
 )
-
-
-_RUNNER_FUNCTIONS = tuple(engine.runner_function for engine in ENGINES if engine.runner_function is not None)
-
-
-def is_runner_function(name: str) -> bool:
-    """A python function (torch.profiler with stack) that is a model runner's step, such as
-    vLLM's `…/gpu_model_runner.py(N): execute_model`. The Chrome reader keeps these as ranges."""
-    return any(runner(name) for runner in _RUNNER_FUNCTIONS)
 
 
 def _graphrt(kind: str, inside: str) -> Marker:
@@ -140,11 +131,6 @@ def unread(names: Iterable[str]) -> list[Unread]:
         if isinstance(found, Unread):
             out.append(found)
     return out
-
-
-def cut(text: str, width: int) -> str:
-    """`text`, cut to `width` characters with an ellipsis where longer (for a line of text)."""
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def step_mode(launches: int, graph_launches: int, launches_recorded: bool, marker: Marker) -> str:

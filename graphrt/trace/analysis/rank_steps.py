@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.errors import GraphrtError
-from graphrt.measure.collective_share import NAMESPACE, OF, Measure, kernel_time_of, share
+from graphrt.measure.collective_share import NAMESPACE, Measure, kernel_time_of, share
 from graphrt.measure.intervals import busy_and_gaps
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.steps import StepGroup
@@ -183,58 +181,3 @@ def by_group(ranks: list[list[RankGroup]]) -> dict[str, list[RankGroup]]:
         for g in groups:
             out.setdefault(g.group.name, []).append(g)
     return out
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1000:,.1f}"
-
-
-def _share(share: float | None) -> str:
-    return "-" if share is None else f"{share:.1%}"
-
-
-def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
-    """Per-rank figures, then the slowest rank per step, one table each."""
-    rows = []
-    for name, groups in by_group(ranks).items():
-        for g in groups:
-            unit, work = g.work
-            rows.append((name, g.rank, len(g.group.steps), _us(g.group.medians["wall_ns"]),
-                         "unknown" if work is None else f"{work:,.0f} {unit}",
-                         f"{g.group.medians['launches']:,.0f}", _share(g.collective_share)))
-    measures = dict.fromkeys(g.measure for groups in ranks for g in groups if g.measure is not None)
-    out = [f"== {source}: {len(ranks)} ranks",
-           "Per rank (median per step; collective %: "
-           f"{'; or '.join(OF[m] for m in measures) or 'no step to tell'})",
-           tabulate(rows, headers=["steps", "rank", "count", "step µs", "work", "launch calls", "collective %"],
-                    disable_numparse=True)]
-    for name, groups in by_group(ranks).items():
-        if len(groups) < 2:
-            continue
-        slow = slowest_steps(groups)
-        counts = {g.rank: sum(s.rank == g.rank for s in slow) for g in groups}
-        tally = ", ".join(f"rank {r} in {n}" for r, n in counts.items() if n)
-        out += ["", f"{name}: the slowest rank per step ({tally} of {len(slow)} steps)",
-                tabulate([(s.index, s.rank, _us(s.wall_ns), _us(s.ahead_ns),
-                           f"{s.ahead_ns / (s.wall_ns - s.ahead_ns):.0%}" if s.wall_ns > s.ahead_ns else "-")
-                          for s in slow],
-                         headers=["step", "slowest rank", "step µs", "over the fastest µs", "over the fastest %"],
-                         disable_numparse=True)]
-    return "\n".join(out)
-
-
-def ranks_dict(ranks: list[list[RankGroup]]) -> dict[str, Any]:
-    """Every rank's figures per step group, and the slowest rank per step (times in ns)."""
-    return {
-        "ranks": [{"rank": r, "step_groups": [{
-            "name": g.group.name, "steps": len(g.group.steps), "median_wall_ns": g.group.medians["wall_ns"],
-            "work_unit": g.work[0], "work_per_step": g.work[1], "launches_per_step": g.group.medians["launches"],
-            "collective_share": g.collective_share, "collective_share_of": g.measure and OF[g.measure],
-            "step_shares": g.shares, "wall_ns": g.wall_ns,
-            "collective_ns": [c and c.collective_ns for c in g.collectives],
-            "collective_of_ns": [c and c.step_ns for c in g.collectives]}
-            for g in groups]} for r, groups in enumerate(ranks)],
-        "slowest": [{"step_group": name, "steps": [
-            {"step": s.index, "rank": s.rank, "wall_ns": s.wall_ns, "over_fastest_ns": s.ahead_ns}
-            for s in slowest_steps(groups)]} for name, groups in by_group(ranks).items()],
-    }

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphrt.errors import cut
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.trace.analysis.membership import Membership, call_kinds, joined
-from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step, cut, unread
+from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step, unread
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import Trace

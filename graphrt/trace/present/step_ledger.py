@@ -4,35 +4,15 @@ batch) and the decode steps that fell back to eager (graphrt.trace.analysis.ledg
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from graphrt.trace.analysis.idle import IDLE_KINDS, BetweenPieces, StepLaunchIdle
+from graphrt.trace.analysis.file_analysis import TraceStep
+from graphrt.trace.analysis.idle import IDLE_KINDS
 from graphrt.trace.analysis.ledger import Fallback, LedgerRow, ledger, step_markers
-from graphrt.trace.analysis.steps import StepRecord, TraceReport
+from graphrt.trace.analysis.steps import TraceReport
 from graphrt.trace.present.text_table import cut, table
 
 MARKER_WIDTH = 48  # a marker's name is cut to this in the step table (whole in --json)
-
-
-@dataclass(frozen=True)
-class TraceStep:
-    """A step with everything the trace tells of it: its figures and marker, and where the trace
-    has kernels its launches and GPU idle time, and what it ran between its pieces."""
-
-    record: StepRecord
-    launch_idle: StepLaunchIdle | None
-    between: BetweenPieces | None
-
-
-def trace_steps(report: TraceReport, launch_idle: Sequence[StepLaunchIdle],
-                between: Sequence[BetweenPieces | None]) -> list[TraceStep]:
-    """Each step of `report` with its launch/idle figures and pieces (in the same step order,
-    as `graphrt analyze` makes them; empty for a trace without kernels)."""
-    if not launch_idle:
-        return [TraceStep(r, None, None) for r in report.steps]
-    assert len(launch_idle) == len(between) == len(report.steps)
-    return [TraceStep(r, li, b) for r, li, b in zip(report.steps, launch_idle, between)]
 
 
 def _us(ns: float | None) -> str:

@@ -10,12 +10,9 @@ from collections.abc import Iterable, Sequence
 
 from tabulate import tabulate
 
-NAME_WIDTH = 80  # characters of a name a text table shows, the cut marked by "…"
+from graphrt.errors import cut
 
-
-def cut(text: str, width: int = NAME_WIDTH) -> str:
-    """`text`, or its first `width` - 1 characters and "…" where it is longer than `width`."""
-    return text if len(text) <= width else text[:width - 1] + "…"
+__all__ = ["cut", "table"]
 
 
 def table(rows: Iterable[Sequence[object]], headers: Sequence[str] = ()) -> str:

@@ -1,6 +1,7 @@
 """What the captures of a `graphrt trace` recorded of their ranges (per replay step, the ops or
 graph nodes and the module ranges open at each), read back from the summary.json beside a trace:
-a replay fires no range, so this is how its work finds its modules."""
+a replay fires no range, so this is how its work finds its modules
+(graphrt.trace.analysis.modules.CaptureRecords holds them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 from pathlib import Path
 
 from graphrt.errors import GraphrtError
-from graphrt.trace.analysis.modules import CaptureRecords
+
+OpRanges = dict[str, list[tuple[str, tuple[str, ...]]]]  # replay step -> per tape entry: (op, range names)
+NodeRanges = dict[str, dict[int, tuple[str, ...]]]  # replay step -> graph node id -> range names
 
 
 def _range_names(value: object) -> tuple[str, ...]:
@@ -35,12 +38,13 @@ _RECORDS = {"captured_ops": (_op_entries, "a list of [op name, [range names]]"),
             "node_ranges": (_node_stacks, "{graph node id: [range names]}")}
 
 
-def capture_records(trace_file: Path) -> CaptureRecords:
+def capture_ranges(trace_file: Path) -> tuple[OpRanges, NodeRanges]:
     """What the captures of the graphs recorded of their ranges, where the trace came from
-    `graphrt trace`: summary.json beside it holds it (graphrt.trace.record.record_modes.RecordedMode)."""
+    `graphrt trace`: summary.json beside it holds it (graphrt.trace.record.record_modes.RecordedMode).
+    Nothing where there is no summary.json."""
     summary = trace_file.parent / "summary.json"
     if not summary.is_file():
-        return CaptureRecords()
+        return {}, {}
     try:
         data = json.loads(summary.read_text())
     except (OSError, ValueError) as e:
@@ -57,4 +61,4 @@ def capture_records(trace_file: Path) -> CaptureRecords:
             except (ValueError, AttributeError, TypeError) as e:
                 raise GraphrtError(f"{summary}: modes.{mode}.{key} is not what graphrt trace writes "
                                    f"(per replay step, {expected}): {e}") from None
-    return CaptureRecords(read["captured_ops"], read["node_ranges"])
+    return read["captured_ops"], read["node_ranges"]

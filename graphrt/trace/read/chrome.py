@@ -6,7 +6,7 @@ graphrt uses; by category (`cat`):
 
 - `user_annotation`: a `record_function` range on a CPU thread -> `Range`;
 - `python_function` (a trace recorded with stack): a model runner's step function
-  (graphrt.trace.analysis.markers.is_runner_function), a step marker where an engine wrote no
+  (`chrome_events.is_runner_function`), a step marker where an engine wrote no
   annotation -> `Range` in the `python` domain; a module's call (`nn.Module: Qwen2MLP_3`, with
   `with_modules`) -> `Trace.frames`; the other frames are not kept;
 - `cpu_op`: an aten operator on a CPU thread -> `CpuOp` (on a CPU build of torch, the only
@@ -31,8 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graphrt.errors import GraphrtError
-from graphrt.trace.analysis.markers import cut
+from graphrt.errors import GraphrtError, cut
 from graphrt.trace.read.chrome_batch import add_batch
 from graphrt.trace.read.chrome_events import Event, UnusableField, add_event
 from graphrt.trace.read.events import Progress, Trace, link_launches

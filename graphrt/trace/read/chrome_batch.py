@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.trace.analysis.markers import PYTHON_DOMAIN
 from graphrt.trace.read.chrome_events import (API, FRAME, GRAPH_ID_BOUND, KERNEL, NO_ARGS, OP, PYTHON, RANGE,
                                               RUNNER, TABLE_OF, Event, UnusableField, python_kind,
                                               thread)
 from graphrt.trace.read.columns import ABSENT, Table
-from graphrt.trace.read.events import Trace
+from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
 _INT64 = np.dtype(np.int64)
 _EXACT = float(2**53)  # below it a float holds every integer: an int read as one is exact

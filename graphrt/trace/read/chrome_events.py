@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from graphrt.trace.analysis.markers import PYTHON_DOMAIN, is_runner_function
-from graphrt.trace.read.events import Trace
+from graphrt.engines.registry import ENGINES
+from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
 MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
 # the table each category of complete event goes into
@@ -23,6 +23,7 @@ RANGE, PYTHON, OP, API, KERNEL = 1, 2, 3, 4, 5
 TABLE_OF = {"user_annotation": RANGE, "python_function": PYTHON, "cpu_op": OP, "cuda_runtime": API,
             "cuda_driver": API, "kernel": KERNEL}
 FRAME, RUNNER = 1, 2  # what a python function is kept as: a module's frame, a runner's step
+_RUNNER_FUNCTIONS = tuple(engine.runner_function for engine in ENGINES if engine.runner_function is not None)
 
 Number = int | float | str  # what a file may hold where a number belongs
 
@@ -124,6 +125,13 @@ def graph_node(args: Args) -> int | None:
     if abs(graph) >= GRAPH_ID_BOUND:
         raise UnusableField(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
     return (graph << 32) | (node & 0xFFFF_FFFF) if graph else node
+
+
+def is_runner_function(name: str) -> bool:
+    """A python function (torch.profiler with stack) that is a model runner's step, such as
+    vLLM's `…/gpu_model_runner.py(N): execute_model` (each engine's module says which). The
+    reader keeps these as ranges, which graphrt.trace.analysis.markers reads as step markers."""
+    return any(runner(name) for runner in _RUNNER_FUNCTIONS)
 
 
 def python_kind(name: str) -> int:

@@ -19,13 +19,14 @@ import numpy as np
 from graphrt.trace.read.columns import ABSENT, Table
 
 Progress = Callable[[int, int], None]  # a reader's (bytes of the file read, events read so far)
+PYTHON_DOMAIN = "python"  # the Range.domain of a python function kept as a step marker
 
 
 @dataclass(frozen=True, slots=True)
 class Range:
     """An annotated span of CPU time on one thread: an NVTX push/pop or start/end range, or a
     torch.profiler `record_function` annotation. `domain` is the NVTX domain ("" for the
-    default domain and for profiler annotations)."""
+    default domain and for profiler annotations; PYTHON_DOMAIN for a runner's step function)."""
 
     name: str
     start_ns: int

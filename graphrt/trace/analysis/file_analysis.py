@@ -1,8 +1,8 @@
-"""What `graphrt analyze` works out of each trace file, and many files analysed at once: one
-process per core, each reading and analysing whole files (a rank directory's traces, say), the
-figures the same as reading them one after another.
+"""Every figure of one trace file, and many files analysed at once: one process per core, each
+reading and analysing whole files (a rank directory's traces, say), the figures the same as
+reading them one after another.
 
-    analysed = analyse_all(files, jobs=os.cpu_count())   # in the order of `files`
+    found = analyze_files(files, jobs=cores())   # FileAnalysis each, in the order of `files`
 """
 
 from __future__ import annotations
@@ -18,27 +18,52 @@ from pathlib import Path
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.engine_capture import CaptureAttribution, CaptureGroup, attribute, captures
 from graphrt.trace.analysis.idle import BetweenPieces, StepLaunchIdle, between_pieces, step_launch_idle
-from graphrt.trace.analysis.ledger import fallback, ledger
+from graphrt.trace.analysis.ledger import Fallback, LedgerRow, fallback, ledger
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.rank_steps import CollectiveTime, collective_time
-from graphrt.trace.analysis.steps import TraceReport, analyze as analyze_trace
+from graphrt.trace.analysis.steps import StepRecord, TraceReport, analyze
 from graphrt.trace.analysis.timeline import StepTimeline, step_timelines, whole_trace
-from graphrt.trace.present.step_ledger import (TraceStep, fallback_dict, format_engine_steps, ledger_dict,
-                                               steps_dict, trace_steps)
-from graphrt.trace.present.step_tables import format_launch_idle, launch_idle_dict
-from graphrt.trace.present.tables import format_report, report_dict
 from graphrt.trace.read.progress import ReadProgress
 
 
+@dataclass(frozen=True)
+class TraceStep:
+    """A step with everything the trace tells of it: its figures and marker, and where the trace
+    has kernels its launches and GPU idle time, and what it ran between its pieces."""
+
+    record: StepRecord
+    launch_idle: StepLaunchIdle | None
+    between: BetweenPieces | None
+
+
 @dataclass
-class Analysed:
+class FileAnalysis:
+    """One trace file's figures."""
+
+    source: Path
     report: TraceReport
     timelines: list[StepTimeline]
-    launch_idle: list[StepLaunchIdle]
+    launch_idle: list[StepLaunchIdle]  # per step with kernels (none in a trace without kernels)
     whole: StepTimeline | None  # the whole trace as one timeline, where it has no steps (to plot)
     collectives: dict[str, list[CollectiveTime | None]]  # per step group, each step's time in collectives
     between: list[BetweenPieces | None]  # per step of `launch_idle`: what it ran between its pieces
     captures: list[CaptureGroup]  # the graphs it captured, where it is an engine's capture trace
+
+    @property
+    def steps(self) -> list[TraceStep]:
+        """Each step of the report with its launch/idle figures and pieces (the same step order)."""
+        if not self.launch_idle:
+            return [TraceStep(r, None, None) for r in self.report.steps]
+        assert len(self.launch_idle) == len(self.between) == len(self.report.steps)
+        return [TraceStep(r, li, b) for r, li, b in zip(self.report.steps, self.launch_idle, self.between)]
+
+    @property
+    def ledger(self) -> list[LedgerRow]:
+        return ledger(self.report.steps)
+
+    @property
+    def fallback(self) -> Fallback | None:
+        return fallback(self.report.steps)
 
     def attributed(self, groups: list[CaptureGroup]) -> dict[str, list[CaptureAttribution]]:
         """Per group of its engine steps that replayed graphs, each step's replayed kernels
@@ -50,27 +75,8 @@ class Analysed:
                     out.setdefault(record.step.group, []).append(found)
         return out
 
-    @property
-    def steps(self) -> list[TraceStep]:
-        return trace_steps(self.report, self.launch_idle, self.between)
 
-    def text(self, top: int, steps: int) -> str:
-        """The trace's report; where an engine's markers made its steps, the steps and their
-        ledger first, one row per group and per step (`steps` of them at most)."""
-        report = self.report
-        if not report.engine_steps:
-            table = format_launch_idle(self.launch_idle)
-            return format_report(report, top=top) + (f"\n\n{table}" if table else "")
-        return format_report(report, top=top, steps=format_engine_steps(
-            report, self.steps, fallback(report.steps), steps))
-
-    def json(self) -> dict:
-        return {**report_dict(self.report), "launch_idle": launch_idle_dict(self.launch_idle),
-                "steps": steps_dict(self.steps), "ledger": ledger_dict(ledger(self.report.steps)),
-                "fallback": fallback_dict(fallback(self.report.steps))}
-
-
-def analyse(path: Path, quiet: bool = False, live: bool = True) -> Analysed:
+def analyze_file(path: Path, quiet: bool = False, live: bool = True) -> FileAnalysis:
     """Every figure of one trace file. `quiet`: no progress on stderr while a big trace is read;
     `live`: progress as one line kept up to date on a terminal (else a line every few seconds)."""
     progress = None if quiet or not path.is_file() else ReadProgress(path, live=live)
@@ -80,9 +86,9 @@ def analyse(path: Path, quiet: bool = False, live: bool = True) -> Analysed:
     membership = Membership.of(trace)
     timelines = step_timelines(trace, membership)
     with_kernels = [t for t in timelines if t.unit == "kernel"]
-    return Analysed(analyze_trace(trace, membership), timelines, [step_launch_idle(t) for t in with_kernels],
-                    None if timelines else whole_trace(trace, membership), collective_time(trace, membership),
-                    [between_pieces(t) for t in with_kernels], captures(trace))
+    return FileAnalysis(path, analyze(trace, membership), timelines, [step_launch_idle(t) for t in with_kernels],
+                        None if timelines else whole_trace(trace, membership), collective_time(trace, membership),
+                        [between_pieces(t) for t in with_kernels], captures(trace))
 
 
 def cores() -> int:
@@ -103,15 +109,15 @@ def _start_method() -> multiprocessing.context.BaseContext:
     return context
 
 
-def analyse_all(paths: Sequence[Path], jobs: int, quiet: bool = False) -> list[Analysed]:
+def analyze_files(paths: Sequence[Path], jobs: int, quiet: bool = False) -> list[FileAnalysis]:
     """Each file's figures, in the order given: in this process where one job or one file is
     asked for, else in min(jobs, files) processes, a file to a process at a time. A GraphrtError
     is the first file's (in the order given) that has one, as one after another would give."""
     if jobs <= 1 or len(paths) <= 1:
-        return [analyse(p, quiet) for p in paths]
+        return [analyze_file(p, quiet) for p in paths]
     context = _start_method()
     with ProcessPoolExecutor(min(jobs, len(paths)), mp_context=context) as pool:
-        futures = [pool.submit(analyse, p, quiet, False) for p in paths]
+        futures = [pool.submit(analyze_file, p, quiet, False) for p in paths]
         try:
             return [f.result() for f in futures]
         finally:
