@@ -154,7 +154,7 @@ def _hand_off(value: Any, replayed_on: torch.cuda.Stream | None) -> Any:
     that their memory is not handed to other work before the last replay's use of it is done."""
     def copy(x: torch.Tensor) -> torch.Tensor:
         static = x.clone()
-        if replayed_on is not None:  # pragma: no mutate (CUDA only)
+        if replayed_on is not None:  # pragma: no mutate block (CUDA only)
             static.record_stream(replayed_on)
         return static
 
@@ -179,7 +179,7 @@ def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: 
     """Warm `fn` up, then capture it as graphs between the calls of the `breaks` modules
     (module docstring): the graphs in step order, each break called between them (the module
     and its replayable call), and `fn`'s static output, recomputed in place by a replay of them all."""
-    if pool.kind == "cuda":  # pragma: no mutate (CUDA only)
+    if pool.kind == "cuda":  # pragma: no mutate block (CUDA only)
         set_up_capture(device)  # the process's one-off capture costs, kept out of the first piece
     with _side_stream(pool) as caller:
         for _ in range(warmup):
