@@ -12,22 +12,28 @@ graph. A break's replay calls the module again with the very arguments it got at
 tensors the graph before it rewrites in place on every replay, and whatever Python objects (a
 cache) it was handed. The graphs share one pool; they are replayed in capture order, one at a
 time, which is what makes sharing it safe.
+
+On CUDA every piece is warmed up and captured on the pool's side stream, as `capture_cuda` does
+(the side stream waits for the caller's work first, the caller's waits for the side stream's
+last, even after a failure), and replayed, like its breaks, on the caller's stream: a graph
+launches into whichever stream is current, and one stream keeps pieces and breaks in order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from graphrt.graphs.cuda import CudaGraph, capture_error_mode
+from graphrt.errors import first_line
+from graphrt.graphs.cuda import CudaGraph, capture_error_mode, set_up_capture
 from graphrt.graphs.guard import GraphCaptureError, HostReadGuard
-from graphrt.graphs.pool import Graph, GraphPool
+from graphrt.graphs.pool import Graph, GraphPool, device_bytes_taken
 from graphrt.graphs.tape import CaptureMode, TapeRecording
 
 T = TypeVar("T")
@@ -59,12 +65,16 @@ class _TapePiece:
     def end(self) -> Graph:
         return self.recording.end(None)
 
-    def abort(self) -> None:
+    def abort(self, error: BaseException) -> BaseException:
+        """Leave the capture after the step raised `error`; what the capture raises for it: the
+        refusal, where the step swallowed one and failed later."""
         self.recording.abort()
+        return self.recording.mode.refused or error
 
 
 class _CudaPiece:  # pragma: no mutate block (CUDA only)
-    """One `torch.cuda.CUDAGraph`, begun and ended by hand on the current (side) stream."""
+    """One `torch.cuda.CUDAGraph`, begun and ended by hand on the current (side) stream, with
+    what `torch.cuda.graph` does around a capture (and `capture_cuda` around its window)."""
 
     def __init__(self, device: torch.device, pool: GraphPool):
         self.device, self.pool = device, pool
@@ -72,8 +82,13 @@ class _CudaPiece:  # pragma: no mutate block (CUDA only)
     open = False
 
     def begin(self) -> None:
+        # Nothing pending and nothing cached, as torch.cuda.graph starts a capture: the warmup's and
+        # the last break's released blocks go back to the device, for the pool to take, rather than
+        # staying reserved outside it; the memory figures then read this capture only.
         torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
         self.reserved = torch.cuda.memory_reserved(self.device)
+        self.free, _ = torch.cuda.mem_get_info(self.device)
         self.graph = torch.cuda.CUDAGraph()
         self.guard = CaptureMode(record=False, allow_random=True)
         self.stack = contextlib.ExitStack()
@@ -89,24 +104,61 @@ class _CudaPiece:  # pragma: no mutate block (CUDA only)
         try:
             self.graph.capture_end()
         except RuntimeError as error:
-            raise self.guard.refused or GraphCaptureError(f"CUDA graph capture failed: {error}") from error
+            raise self.guard.refused or GraphCaptureError(f"CUDA graph capture failed: {first_line(error)}") from error
         if self.guard.refused is not None:
             raise self.guard.refused
         torch.cuda.synchronize(self.device)
         taken = torch.cuda.memory_reserved(self.device) - self.reserved
-        return CudaGraph(self.graph, self.device, taken, None)
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return CudaGraph(self.graph, self.device, taken, device_bytes_taken(self.free, free))
 
-    def abort(self) -> None:
-        if self.open:
-            self.stack.close()
-            self.open = False
-            with contextlib.suppress(RuntimeError):  # ending an invalidated capture raises
-                self.graph.capture_end()
+    def abort(self, error: BaseException) -> BaseException:
+        """Leave an open capture after the step raised `error`; what the capture raises for it.
+        CUDA refuses an op inside a capture (a sync, a copy from pageable memory) with a
+        RuntimeError, and our own refusal, swallowed by the step, can surface as one too: either
+        is the capture's failure, in one line, as `capture_cuda` says it."""
+        if not self.open:
+            return error
+        self.stack.close()
+        self.open = False
+        with contextlib.suppress(RuntimeError):  # ending an invalidated capture raises
+            self.graph.capture_end()
+        if self.guard.refused is not None:
+            return self.guard.refused
+        if isinstance(error, RuntimeError):
+            return GraphCaptureError(f"CUDA graph capture failed: {first_line(error)}")
+        return error
 
 
-def _hand_off(value: Any) -> Any:
-    """Static copies of a module's outputs (tensors cloned, anything else as it is)."""
-    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, value)
+@contextlib.contextmanager
+def _side_stream(pool: GraphPool) -> Iterator[torch.cuda.Stream | None]:
+    """On CUDA, the pool's side stream made current, ordered after the caller's work on entry and
+    before the caller's later work on exit, whatever happened inside; the caller's stream is
+    yielded (None for a tape)."""
+    if pool.kind == "cuda":  # pragma: no mutate block (CUDA only)
+        with torch.cuda.device(pool.device):
+            caller = torch.cuda.current_stream(pool.device)
+            pool.stream.wait_stream(caller)  # the static inputs, a seek's counters: written on the caller's
+            try:
+                with torch.cuda.stream(pool.stream):
+                    yield caller
+            finally:
+                caller.wait_stream(pool.stream)
+    else:
+        yield None
+
+
+def _hand_off(value: Any, replayed_on: torch.cuda.Stream | None) -> Any:
+    """Static copies of a module's outputs (tensors cloned, anything else as it is). On CUDA they
+    are made on the side stream and used on `replayed_on` at every replay: recorded there, so
+    that their memory is not handed to other work before the last replay's use of it is done."""
+    def copy(x: torch.Tensor) -> torch.Tensor:
+        static = x.clone()
+        if replayed_on is not None:  # pragma: no mutate block (CUDA only)
+            static.record_stream(replayed_on)
+        return static
+
+    return tree_map(lambda x: copy(x) if isinstance(x, torch.Tensor) else x, value)
 
 
 def _rerun(module: nn.Module, args: tuple, kwargs: dict, into: Any) -> Callable[[], None]:
@@ -127,19 +179,20 @@ def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: 
     """Warm `fn` up, then capture it as graphs between the calls of the `breaks` modules
     (module docstring): the graphs in step order, each break called between them (the module
     and its replayable call), and `fn`'s static output, recomputed in place by a replay of them all."""
-    stream = pool.stream if pool.kind == "cuda" else None
-    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+    if pool.kind == "cuda":  # pragma: no mutate block (CUDA only)
+        set_up_capture(device)  # the process's one-off capture costs, kept out of the first piece
+    with _side_stream(pool) as caller:
         for _ in range(warmup):
             fn()
         graphs: list[Graph] = []
         calls: list[tuple[nn.Module, Callable[[], None]]] = []
-        piece = _CudaPiece(device, pool) if stream is not None else _TapePiece(device)
+        piece = _CudaPiece(device, pool) if pool.kind == "cuda" else _TapePiece(device)
         swapped = [(module, vars(module).get("forward"), module.forward) for module in breaks]
 
         def at_break(module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
             def break_here(*args: Any, **kwargs: Any) -> Any:
                 graphs.append(piece.end())
-                out = _hand_off(forward(*args, **kwargs))
+                out = _hand_off(forward(*args, **kwargs), caller)
                 calls.append((module, _rerun(module, args, kwargs, out)))
                 piece.begin()
                 return out
@@ -151,9 +204,11 @@ def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: 
             piece.begin()
             try:
                 out = fn()
-            except BaseException:
-                piece.abort()
-                raise
+            except BaseException as error:
+                raised = piece.abort(error)
+                if raised is error:
+                    raise
+                raise raised from error
             graphs.append(piece.end())
         finally:
             for module, previous, _ in swapped:  # each module's forward as it was
@@ -161,6 +216,4 @@ def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: 
                     del module.forward
                 else:
                     module.forward = previous
-    if stream is not None:  # pragma: no mutate (CUDA only)
-        torch.cuda.current_stream(device).wait_stream(stream)
     return graphs, calls, out

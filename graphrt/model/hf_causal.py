@@ -99,7 +99,11 @@ class HFCausalLM(nn.Module):
 
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
         self.cache = transformers.StaticCache(config=self.hf.config, max_cache_len=max_seq_len)
-        with torch.inference_mode():
+        # no_grad, not inference_mode: the tensors the cache makes now (its keys and values, and
+        # each counter, moved to the device at the first write) stay ordinary tensors, as the lean
+        # model's cache is, so `seek` may move a counter outside inference mode too (an inference
+        # tensor refuses any in-place write there, and on CUDA the counter would be one)
+        with torch.no_grad():
             self.prefill(torch.zeros(max_batch, 1, dtype=torch.long, device=self.device))
             self.cache.reset()  # in place: the tensors keep their addresses
 

@@ -1,7 +1,7 @@
 """A step captured in pieces between the calls of chosen modules (graphrt.graphs.segments): the
 graphs replayed with the modules run eagerly between them recompute what eager computes, the
 breaks are the innermost modules that take a KV cache, and a capture that fails leaves every
-module's forward as it was."""
+module's forward as it was and says why in one line, the refusal first."""
 
 from __future__ import annotations
 
@@ -110,7 +110,55 @@ def test_a_piece_that_a_capture_refuses_names_its_op_and_leaves_every_forward_as
     assert [vars(module).get("forward") for module in attention_modules(model)] == before == [None] * 3
 
 
+def swallows_a_refusal(model: Decoder) -> None:
+    """Each layer's MLP tries a host sync and, as library code does around a fast path, catches
+    whatever that raised and fails in its own words."""
+    for layer in model.layers:
+        def forward(x: torch.Tensor, mlp: nn.Linear = layer.mlp) -> torch.Tensor:
+            try:
+                x.sum().item()
+            except Exception:
+                raise RuntimeError("the fast path is unavailable") from None
+            return nn.Linear.forward(mlp, x)
+        layer.mlp.forward = forward
+
+
+def test_a_refusal_the_step_swallows_is_what_the_capture_raises_not_the_steps_later_failure():
+    model = Decoder()
+    swallows_a_refusal(model)
+    with torch.inference_mode(), pytest.raises(GraphCaptureError, match="host sync"):
+        capture_pieces(lambda: model(torch.ones(2, 8), torch.zeros(1, dtype=torch.long)),
+                       attention_modules(model), device=torch.device("cpu"), pool=new_pool("cpu"), warmup=0)
+
+
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_pieces_replayed_with_their_breaks_eager_between_them_decode_like_eager():
     replays_like_eager("cuda")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_pieces_say_what_each_took_from_the_device():
+    model = Decoder(device="cuda")
+    x, position = torch.zeros(2, 8, device="cuda"), torch.zeros(1, dtype=torch.long, device="cuda")
+    with torch.inference_mode():
+        graphs, _, _ = capture_pieces(lambda: model(x, position), attention_modules(model),
+                                      device=torch.device("cuda", torch.cuda.current_device()),
+                                      pool=new_pool("cuda"))
+    assert all(graph.memory_bytes >= 0 and isinstance(graph.device_bytes, int) for graph in graphs)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_an_op_cuda_refuses_inside_a_piece_is_a_capture_error_in_one_line_and_the_caller_stream_is_back():
+    model = Decoder(device="cuda")
+    for layer in model.layers:  # a device sync after the first break: CUDA refuses it in a capture
+        layer.mlp.forward = lambda x, mlp=layer.mlp: (torch.cuda.synchronize(), nn.Linear.forward(mlp, x))[1]
+    caller = torch.cuda.current_stream()
+    with torch.inference_mode(), pytest.raises(GraphCaptureError, match="CUDA graph capture failed"):
+        capture_pieces(lambda: model(torch.ones(2, 8, device="cuda"), torch.zeros(1, dtype=torch.long, device="cuda")),
+                       attention_modules(model), device=torch.device("cuda", torch.cuda.current_device()),
+                       pool=new_pool("cuda"), warmup=0)
+    assert torch.cuda.current_stream() == caller
+    assert all(vars(module).get("forward") is None for module in attention_modules(model))

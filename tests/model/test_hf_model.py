@@ -60,6 +60,32 @@ def test_the_cache_is_allocated_in_setup_and_every_step_writes_into_the_same_ten
     assert all(layer.keys[:, :, 4].any() and not layer.keys[:, :, 5:].any() for layer in layers)
 
 
+def cache_tensors(model) -> list[torch.Tensor]:
+    return [t for layer in model.cache.layers for t in (layer.keys, layer.values, layer.cumulative_length)]
+
+
+def test_the_caches_tensors_are_ordinary_so_a_seek_outside_inference_mode_moves_every_counter(hf_checkpoint):
+    # An inference tensor refuses in-place writes outside inference mode, and the graph backend
+    # seeks before its captures there; on CUDA the counter moves to the device at the cache's
+    # first write, so made inside inference mode it would be one (see the CUDA test below).
+    model = loaded(hf_checkpoint("gemma3_text"))
+    model.setup_cache(2, 16)
+    assert not any(t.is_inference() for t in cache_tensors(model))
+    model.seek(3)
+    assert [int(layer.cumulative_length) for layer in model.cache.layers] == [3] * len(model.cache.layers)
+    assert all(getattr(layer, "cumulative_length_int", 3) == 3 for layer in model.cache.layers)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_caches_counters_on_the_device_take_a_seek_outside_inference_mode(hf_checkpoint):
+    model = load(RunSpec(model=str(hf_checkpoint("mistral")), device="cuda", dtype="bfloat16"))[1]
+    model.setup_cache(2, 16)
+    assert all(t.is_cuda and not t.is_inference() for t in cache_tensors(model))
+    model.seek(3)
+    assert [int(layer.cumulative_length) for layer in model.cache.layers] == [3] * len(model.cache.layers)
+
+
 def test_a_step_run_again_after_seek_gives_the_logits_it_gave_the_first_time(hf_checkpoint):
     # gemma3's sliding-window layers (window 8) keep their write position as a Python int too,
     # which picks a branch: below the window a write at the position, at it a shift of the whole
