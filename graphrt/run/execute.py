@@ -168,6 +168,7 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
                         raise
                     # a step captured without the lint (--no-lint) that its replay cannot run
                     result.refused[backend.name] = f"its replay failed: {first_line(failure)}"
+                    _check_device_usable(device, backend.name, failure)
                     continue
                 gen.prepare = report
                 result.generations[backend.name] = gen
@@ -185,6 +186,19 @@ def _run(spec: RunSpec, ranks: Ranks | None, on_mode: Callable[[str], None] | No
     finally:
         nvtx.set_enabled(was_enabled)
     return result
+
+
+def _check_device_usable(device: torch.device, mode: str, failure: BaseException) -> None:
+    """After a replay failed: on CUDA an illegal address or a device-side assert leaves the
+    device unusable, and every later mode would fail on it, blamed for the first. Stop here, in
+    one line, where the device no longer answers."""
+    if device.type != "cuda":
+        return
+    try:  # pragma: no mutate block (CUDA only)
+        torch.cuda.synchronize(device)
+    except RuntimeError as error:
+        raise GraphrtError(f"{mode}'s replay failed ({first_line(failure)}) and left the device unusable "
+                           f"({first_line(error)}); no later mode can run in this process") from None
 
 
 def refusal_line(refusal: GraphCaptureError) -> str:
