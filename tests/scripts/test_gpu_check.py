@@ -146,13 +146,14 @@ def test_the_transformers_step_decodes_a_mistral_made_on_the_spot_and_the_summar
     run = json.loads((raw / "run-hf.json").read_text())
     assert run["implementation"] == "transformers" and run["refused"] == {}
     assert run["modes"]["graph"]["equivalence"]["identical"] is True
+    assert run["modes"]["piecewise"]["equivalence"]["identical"] is True  # its graphs between attention modules
     (work / "outcomes.txt").write_text("run-hf=14|ok 9s\n")
     summary = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_summary.py"), str(tmp_path), str(work)],
                              cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert summary.returncode == 0, summary.stdout + summary.stderr
     rows = json.loads((tmp_path / "gpu-summary.json").read_text())["runs"]
-    assert [(r["mode"], r["tokens_identical"], r["achieved_GBps"]) for r in rows] == [("eager", None, None),
-                                                                                     ("graph", True, None)]
+    assert [(r["mode"], r["tokens_identical"], r["achieved_GBps"]) for r in rows] == [
+        ("eager", None, None), ("piecewise", True, None), ("graph", True, None)]
 
 
 def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
@@ -268,7 +269,7 @@ exec {sys.executable} "$@"
 """)
     python.chmod(0o755)
     results = tmp_path / "results"
-    budget = 30
+    budget = 36  # the steps before the hung one take ~5 s on an idle machine, ~15 s on a busy one
     start = time.monotonic()
     check = _rehearse(budget, str(python), RESULTS=str(results))
     log, _ = check.communicate(timeout=budget + 60)
