@@ -1,13 +1,14 @@
 # Two entry points, each doing all set-up on a fresh machine:
 #   make run    install graphrt (and matplotlib, for --plot) into .venv and run `graphrt run` on the default preset
 #   make test   install graphrt with its test extras (and Nsight Systems where apt is there), run the tests
+#   (make test-fast: the inner loop, the tests not marked slow: no ranks, recordings or fresh interpreters)
 # and, for a GPU machine: make gpu-bundle (here), make gpu-check (there), make gpu-rehearsal (here)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 
-.PHONY: run test gpu-check gpu-bundle gpu-rehearsal mutate clean
+.PHONY: run test test-fast gpu-check gpu-bundle gpu-rehearsal mutate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ run: $(VENV)/.core
 test: $(VENV)/.test
 	scripts/install-nsys.sh .tools/nsys || echo "Nsight Systems not installed: the nsys tests will be skipped"
 	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.test
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 gpu-check:
 	scripts/gpu_check.sh

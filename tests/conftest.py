@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,6 +87,21 @@ def pytest_configure(config):
         config.pluginmanager.register(plugin, "graphrt-mutation")
 
 
+# The fixtures that record: each starts processes, so every test using one is slow.
+RECORDINGS = {"tiny_torch_recording", "tiny_tp2_traces"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts processes (marked `processes`, or using a recording) is slow too:
+    `-m "not slow"` is the inner loop, without ranks, recordings or fresh interpreters."""
+    for item in items:
+        if item.get_closest_marker("processes") is None and not RECORDINGS.isdisjoint(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
+        if item.get_closest_marker("processes") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def cpu_unless_marked_cuda(request, monkeypatch):
     """Tests not marked `cuda` run on the CPU wherever they run: on a GPU machine `--device auto`
@@ -158,9 +175,18 @@ def small_decodes(draw, max_layers: int = 2):
             draw(st.integers(0, 99)))
 
 
+# `graphrt trace` of tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup
+TINY_TRACE_ARGS = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")
+TINY_RECORDED_STEPS = 5
+# `graphrt trace --tp 2` of tiny: 4 recorded steps per mode and rank
+TP2_STEPS, TP2_WARMUP = 6, 2
+ROOT = Path(__file__).resolve().parent.parent
+
+
 @pytest.fixture(scope="session")
-def tiny_torch_traces(tmp_path_factory) -> Path:
-    """The directory `graphrt trace --profiler torch --model tiny` makes (eager and graph, CPU)."""
+def tiny_torch_recording(tmp_path_factory) -> tuple[Path, str]:
+    """`graphrt trace --profiler torch` of tiny, both modes (eager and graph), recorded once per
+    test run: the directory it made and what it printed."""
     from graphrt.cli.main import main
 
     out = tmp_path_factory.mktemp("tiny-torch-traces")
@@ -169,11 +195,33 @@ def tiny_torch_traces(tmp_path_factory) -> Path:
     # 100x the replay's), and the replay shrank to a sliver of the step picture's shared time axis.
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")
-        result = CliRunner().invoke(main, ["trace", "--profiler", "torch", "--model", "tiny", "--steps", "4",
-                                           "--out", str(out)])
+        result = CliRunner().invoke(main, ["trace", "--profiler", "torch", *TINY_TRACE_ARGS, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    (directory,) = out.iterdir()
-    return directory
+    (directory,) = out.iterdir()  # and no scratch directory left beside it
+    return directory, result.output
+
+
+@pytest.fixture(scope="session")
+def tiny_torch_traces(tiny_torch_recording) -> Path:
+    """The directory of `tiny_torch_recording` (eager.json, graph.json, summary.json)."""
+    return tiny_torch_recording[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_tp2_traces(tmp_path_factory) -> Path:
+    """One real two-rank recording (gloo, CPU, torch.profiler) of `graphrt trace --tp 2`, made
+    once per test run: the directory holding rank0/ and rank1/. A command of its own, since
+    `--tp` starts the ranks by running its command line again."""
+    out = tmp_path_factory.mktemp("tp2-traces")
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "graphrt", "trace", "--model", "tiny", "--tp", "2", "--profiler", "torch",
+         "--steps", str(TP2_STEPS), "--warmup", str(TP2_WARMUP), "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "", "PYTHONFAULTHANDLER": "1"},
+        text=True, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (made,) = out.iterdir()
+    return made
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ import importlib.util
 import operator
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,7 @@ def test_a_transformers_older_than_the_cache_keyword_api_is_below_the_floor():
     assert not below_floor("5.24.0") and not below_floor("5.25.1") and not below_floor("6.0.0.dev0")
 
 
+@pytest.mark.processes
 def test_a_run_of_a_transformers_family_without_transformers_names_the_one_command_that_installs_it(tmp_path):
     # `make run` installs graphrt's core only: a checkpoint of another family must say what to install
     import os

@@ -39,6 +39,7 @@ def tp_sweep(tmp_path_factory) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.processes
 def test_tp_is_swept_like_batch_sizes_and_every_point_says_its_tp(tp_sweep):
     assert [(p["tp"], p["batch"]) for p in tp_sweep["points"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     for p in tp_sweep["points"]:
@@ -52,6 +53,7 @@ def test_tp_is_swept_like_batch_sizes_and_every_point_says_its_tp(tp_sweep):
         assert [row.split()[1] for row in rows] == ["1"] * (len(rows) // 2) + ["2"] * (len(rows) // 2)
 
 
+@pytest.mark.processes
 def test_a_ranks_roofline_counts_the_bytes_that_rank_holds(tp_sweep):
     """Between tp 1 and tp 2 at one batch, the step's bytes drop by what a rank no longer holds:
     its share of the weights, and of the KV cache read whole and written one slot a step."""
@@ -85,5 +87,6 @@ def test_a_tp_that_is_no_list_of_distinct_positive_integers_is_refused(cli, tmp_
     assert f"{scenario}: tp " in line
 
 
+@pytest.mark.processes
 def test_a_tensor_parallel_step_takes_its_slowest_ranks_time_step_by_step():
     assert launch(ranks.slowest_of_steps, [], 2) == {0: [3.0, 5.0, 2.0], 1: [3.0, 5.0, 2.0]}

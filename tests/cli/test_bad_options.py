@@ -126,17 +126,20 @@ def test_a_bad_check_list_names_check_not_buckets(cli, traffic):
 
 # --- memory, checked before anything is allocated -------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.parametrize("command", ["run", "trace"])
 def test_a_batch_no_machine_holds_is_refused_naming_it_before_anything_is_allocated(command):
     line = _bounded_error(command, "--model", "tiny", "--batch", HUGE)
     assert f"--batch {HUGE:,}" in line and "KV cache" in line and "give a smaller --batch" in line
 
 
+@pytest.mark.processes
 def test_a_bucket_no_machine_holds_is_refused_naming_the_buckets():
     line = _bounded_error("run", "--model", "tiny", "--buckets", f"1,{HUGE}", "--steps", 4)
     assert f"--buckets 1,{HUGE}" in line and f"{HUGE:,} rows" in line
 
 
+@pytest.mark.processes
 def test_a_traffic_batch_no_machine_holds_is_refused_before_the_sizes_to_measure_are_listed(tmp_path):
     path = tmp_path / "traffic.json"
     path.write_text(json.dumps({str(10**18): 1}))
@@ -144,11 +147,13 @@ def test_a_traffic_batch_no_machine_holds_is_refused_before_the_sizes_to_measure
     assert f"the traffic's largest batch {10**18:,}, run as batch {2**60:,} by a list" in line
 
 
+@pytest.mark.processes
 def test_a_bad_check_list_whose_size_no_machine_holds_is_refused_before_the_sizes_are_listed(traffic):
     line = _bounded_error("plan", "--model", "tiny", "--traffic", traffic, "--check", f"1,{10**18}", "--no-verify")
     assert f"run as batch {10**18:,} by a list" in line
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("option", ["--steps", "--prompt-len"])
 def test_plan_names_the_steps_and_prompt_for_a_cache_longer_than_the_model_not_the_batch(option, traffic):
     line = _bounded_error("plan", "--model", "tiny", "--traffic", traffic, option, HUGE, "--no-verify")

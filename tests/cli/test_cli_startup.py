@@ -28,6 +28,7 @@ def _fresh(args: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
     return done, set(last[0].split()[1:])
 
 
+@pytest.mark.processes
 def test_graphrt_help_in_a_fresh_interpreter_does_not_import_torch():
     probe = ("import sys; from graphrt.cli.main import main\n"
              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
@@ -38,6 +39,7 @@ def test_graphrt_help_in_a_fresh_interpreter_does_not_import_torch():
         assert name in done.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_each_commands_help_in_a_fresh_interpreter_imports_neither_torch_nor_matplotlib(command):
     done, imported = _fresh([command, "--help"])
@@ -55,11 +57,13 @@ def _info_says_what_torch_would_without_importing_it(device: torch.device) -> No
     assert shown == {k: "-" if v is None else str(v) for k, v in told_by_torch.items()}
 
 
+@pytest.mark.processes
 def test_graphrt_info_without_a_gpu_says_what_torch_would_without_importing_it():
     # on a CUDA build too: no device is visible to a test not marked cuda (tests/conftest.py)
     _info_says_what_torch_would_without_importing_it(torch.device("cpu"))
 
 
+@pytest.mark.processes
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_graphrt_info_on_a_gpu_says_what_torch_would_without_importing_it():
@@ -75,6 +79,7 @@ def test_the_help_listed_is_each_commands_own():
         assert listed == main.get_command(None, name).get_short_help_str(limit=SHORT_HELP), name
 
 
+@pytest.mark.processes
 def test_graphrt_analyze_in_a_fresh_interpreter_reads_a_trace_without_importing_torch(tmp_path):
     trace = Path(__file__).parents[1] / "data" / "torch" / "hta-v100-graph-launches.json.gz"
     out = tmp_path / "analysis.json"

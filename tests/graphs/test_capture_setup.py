@@ -23,6 +23,7 @@ def test_without_a_process_group_a_capture_fails_on_an_unsafe_call_from_any_thre
     assert capture_error_mode() == "global"
 
 
+@pytest.mark.processes
 def test_with_a_process_group_live_a_capture_refuses_unsafe_calls_on_its_own_thread_only():
     # NCCL's watchdog thread queries earlier collectives' events during a capture: under the
     # global mode that query, not the step, would fail the capture

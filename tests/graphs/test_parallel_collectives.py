@@ -14,6 +14,7 @@ from graphrt.parallel.launch import launch
 ALL_REDUCE = "_c10d_functional.all_reduce.default"
 
 
+@pytest.mark.processes
 def test_a_functional_all_reduce_dispatches_and_a_tape_replays_it_with_new_values():
     results = launch(ranks.tape_of_all_reduce, [], 2)
     for rank in (0, 1):
@@ -31,6 +32,7 @@ def refusals() -> dict[int, dict[str, list[str]]]:
     return launch(ranks.refusals, [], 2)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case, expected", [
     ("rank 0 only", "collective #1: rank 0 issues _c10d_functional.all_reduce.default(sum, [2, 3] "
                     "float32, group 0); rank 1 issues no collective"),
@@ -46,6 +48,7 @@ def test_ranks_whose_steps_issue_different_collectives_are_refused_naming_op_and
     assert expected in said[0][0]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", ["unwaited", "unwaited first of two", "unwaited second of two"])
 def test_a_collective_waited_outside_the_step_is_refused_by_the_check_and_by_a_capture_naming_it(
         refusals, case):
@@ -103,6 +106,7 @@ def test_a_tensor_parallel_step_takes_the_slowest_ranks_time_at_each_step():
     assert spread_ms([fast, slow]) == 1.0  # medians 1 and 2
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("lint", [True, False])
 def test_ranks_that_disagree_are_refused_before_the_lint_issues_a_collective_one_would_wait_in(lint):
     # the lint captures the step with its real collectives: were it first, rank 0 would wait
@@ -112,6 +116,7 @@ def test_ranks_that_disagree_are_refused_before_the_lint_issues_a_collective_one
     assert "collective #5: rank 0 issues no collective; rank 1 issues _c10d_functional.all_reduce" in said[0]
 
 
+@pytest.mark.processes
 def test_a_run_whose_ranks_disagree_is_refused_before_its_first_mode_issues_a_collective():
     # eager issues its collectives for real, as it decodes: the ranks agree before it runs
     said = launch(ranks.disagreeing_run, [], 2)

@@ -32,6 +32,7 @@ def _cpuinfo_names_a_model() -> bool:
         return False
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(shutil.which("lscpu") is None or not _cpuinfo_names_a_model(),
                     reason="needs lscpu and a Linux /proc/cpuinfo that names the CPU model")
 def test_the_cpu_is_named_as_lscpu_names_it():

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from graphrt.measure.profiling import KINETO_PROGRESS, profiler_session, sessions_opened
@@ -25,6 +26,7 @@ def test_sessions_are_numbered_in_the_order_the_process_opens_them():
     assert any(e.name == "aten::mul" for e in second.profile.events())
 
 
+@pytest.mark.processes
 def test_a_fresh_process_opens_session_one():
     code = ("import torch; from graphrt.measure.profiling import profiler_session\n"
             "with profiler_session(torch.device('cpu')) as s: pass\nprint(s.number)")
@@ -32,6 +34,7 @@ def test_a_fresh_process_opens_session_one():
     assert done.stdout == "1\n"
 
 
+@pytest.mark.processes
 def test_a_session_leaves_kinetos_progress_lines_out_and_every_other_line_in():
     # kineto writes `USDT: ... profiler_start` to fd 2 from C++; a line written to fd 2 while the
     # session starts, and one printed inside it, still reach the user, in order
@@ -56,6 +59,7 @@ def test_kinetos_progress_lines_are_told_from_others():
     assert not KINETO_PROGRESS.match("error: USDT:2026-12-05 00:18:14 5434:5434 x.cpp:52] quoted")
 
 
+@pytest.mark.processes
 def test_trace_prints_nothing_but_its_own_lines(tmp_path):
     done = subprocess.run([sys.executable, "-m", "graphrt", "trace", "--profiler", "torch", "--model", "tiny",
                            "--steps", "4", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True)

@@ -59,6 +59,7 @@ def decoded(request, launched):
     return model, config, whole, reference, {rank: per_rank[rank][model] for rank in per_rank}
 
 
+@pytest.mark.processes
 def test_two_ranks_generate_the_single_process_tokens_with_logits_within_summation_error(decoded):
     _, config, _, reference, per_rank = decoded
     for rank in (0, 1):
@@ -74,6 +75,7 @@ def test_two_ranks_generate_the_single_process_tokens_with_logits_within_summati
         assert (eager["logits"] - logits).abs().max() <= bound
 
 
+@pytest.mark.processes
 def test_graph_and_piecewise_replays_equal_eager_bitwise_on_every_rank(decoded):
     per_rank = decoded[4]
     for rank in (0, 1):
@@ -83,6 +85,7 @@ def test_graph_and_piecewise_replays_equal_eager_bitwise_on_every_rank(decoded):
             assert torch.equal(per_rank[rank][mode]["logits"], eager["logits"]), (rank, mode)
 
 
+@pytest.mark.processes
 def test_each_ranks_tape_holds_two_all_reduces_per_layer(decoded):
     _, config, _, _, per_rank = decoded
     for rank in (0, 1):
@@ -114,6 +117,7 @@ def _expected_slices(config, rank: int) -> dict[str, tuple[int, slice]]:
     return expected
 
 
+@pytest.mark.processes
 def test_each_rank_holds_its_slices_of_the_checkpoints_tensors(decoded):
     model, config, whole, _, per_rank = decoded
     hf = load_file(f"{model}/model.safetensors") if model != "tiny" else whole.state_dict()

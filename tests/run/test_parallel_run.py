@@ -60,6 +60,7 @@ socket.getaddrinfo = _getaddrinfo_but_our_name
 """
 
 
+@pytest.mark.processes
 def test_two_tp_runs_at_once_on_a_machine_without_dns_both_finish(tmp_path):
     # each rendezvous binds 127.0.0.1 on a port of its own, and no rank looks its host name up
     (tmp_path / "sitecustomize.py").write_text(NO_DNS)
@@ -71,12 +72,14 @@ def test_two_tp_runs_at_once_on_a_machine_without_dns_both_finish(tmp_path):
         assert "eager: ranks' tokens identical" in stdout
 
 
+@pytest.mark.processes
 def test_a_rank_that_left_the_group_runs_none_of_its_threads_though_the_profiler_ran_in_between():
     # the profiler imports torch._dynamo, which imports torch.distributed.nn.functional; a thread
     # of the group's left running would run on through the rank's exit as its peers close sockets
     assert launch(ranks.threads_started_and_left, [], 2) == {0: [], 1: []}
 
 
+@pytest.mark.processes
 def test_tp_2_prints_one_ranks_table_and_its_json_holds_every_ranks_figures(tmp_path):
     out = tmp_path / "run.json"
     proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager,graph", "--steps", "6",
@@ -141,6 +144,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.processes
 def test_a_rank_that_dies_stops_every_rank_with_one_line_and_no_hang():
     proc = graphrt("run", "--model", "tiny", "--tp", "2", "--mode", "eager", "--steps", "4000")
     start = time.monotonic()
@@ -171,6 +175,7 @@ def test_the_cause_is_a_rank_killed_before_it_said_anything_not_a_peer_that_said
     assert _cause({0: ProcessFailure(0, 1, 1, str(said)), 1: ProcessFailure(1, 2, -signal.SIGSEGV, silent)})[0] == 1
 
 
+@pytest.mark.processes
 def test_a_failure_every_rank_meets_is_one_line_from_the_launcher_not_one_per_rank(tmp_path):
     # each rank loads the weights itself: a checkpoint without them fails on every rank alike
     save_reference(PRESETS["tiny"], tmp_path)
@@ -183,6 +188,7 @@ def test_a_failure_every_rank_meets_is_one_line_from_the_launcher_not_one_per_ra
     assert re.fullmatch(rf"error: rank [01] of 2: {said} \(every rank was stopped\)", stderr.strip()), stderr
 
 
+@pytest.mark.processes
 def test_a_prompt_without_a_tokenizer_is_refused_in_one_line_before_any_rank_starts():
     proc = graphrt("run", "--model", "tiny", "--tp", "2", "--prompt", "hello")
     _, stderr = proc.communicate(timeout=BOUND_S)
@@ -199,6 +205,7 @@ def test_a_tp_that_does_not_divide_the_heads_is_refused_in_one_line_before_any_r
                                      "its 128 intermediate features")
 
 
+@pytest.mark.processes
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly(tmp_path):
@@ -216,6 +223,7 @@ def test_torchrun_with_one_nccl_rank_captures_its_all_reduces_and_leaves_cleanly
     assert doc["tp"] == 1 and doc["ranks"]["graph"][0]["collective_share"] == 0
 
 
+@pytest.mark.processes
 @pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_on_two_gpus_run_and_analyze_give_each_rank_the_same_nccl_share_eager_and_replayed(tmp_path, cli):
@@ -240,12 +248,8 @@ def test_on_two_gpus_run_and_analyze_give_each_rank_the_same_nccl_share_eager_an
             assert ran[mode][r]["collective_share"] == pytest.approx(mine["collective_share"], abs=0.15)
 
 
-def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_trace(tmp_path, cli):
-    proc = graphrt("trace", "--model", "tiny", "--tp", "2", "--profiler", "torch", "--steps", "5",
-                   "--out", str(tmp_path))
-    _, stderr = proc.communicate(timeout=BOUND_S)
-    assert proc.returncode == 0, stderr
-    (made,) = tmp_path.iterdir()
+def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_trace(tmp_path, cli, tiny_tp2_traces):
+    made = tiny_tp2_traces  # recorded once per test run (conftest), as test_analyze_ranks reads it
     assert made.name.endswith("-tiny-both-tp2") and sorted(p.name for p in made.iterdir()) == ["rank0", "rank1"]
     for rank in (0, 1):
         directory = made / f"rank{rank}"
@@ -272,6 +276,7 @@ def test_trace_tp_2_writes_one_trace_directory_per_rank_each_analysed_as_any_tra
     assert result.exit_code == 0 and f"{made}: 2 ranks" in result.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.inductor
 @pytest.mark.compiles
 def test_tp_2_compiles_the_step_with_its_all_reduces_and_generates_eagers_tokens(tmp_path):

@@ -186,6 +186,7 @@ def test_json_into_a_path_that_is_a_file(cli, tmp_path):
                    "cannot write")
 
 
+@pytest.mark.processes
 def test_a_run_prints_no_third_party_warning(tmp_path):
     # a fresh process, so that warnings raised while torch and friends import are seen too
     # It runs in the repository root and imports this checkout's graphrt: under `make mutate`,

@@ -54,6 +54,7 @@ def test_launches_are_counted_after_every_mode_is_timed():
     assert eager.launches.ops > 0 and graph.launches.ops >= eager.launches.ops
 
 
+@pytest.mark.processes
 @pytest.mark.inductor
 def test_a_run_stopped_in_a_later_mode_keeps_the_modes_that_finished(tmp_path):
     # The run is stopped (as a timeout would) once its last mode, compile, has started: the

@@ -29,6 +29,7 @@ def _prereqs(tmp_path, device, *absent):
     return done, have
 
 
+@pytest.mark.processes
 def test_everything_present_is_one_ok_line_each(tmp_path):
     done, have = _prereqs(tmp_path, "cpu")
     assert done.returncode == 0, done.stderr
@@ -38,6 +39,7 @@ def test_everything_present_is_one_ok_line_each(tmp_path):
     assert have["have_graphrt"] == have["have_tests"] == have["have_plot"] == have["have_hf"] == "1"
 
 
+@pytest.mark.processes
 def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
     done, have = _prereqs(tmp_path, "cpu", "nvtx", "hypothesis")
     assert done.returncode == 0, done.stderr
@@ -48,6 +50,7 @@ def test_a_missing_package_is_named_with_the_steps_it_skips(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.processes
 def test_no_cuda_device_stops_the_check_with_one_line_for_it(tmp_path):
     done, have = _prereqs(tmp_path, "cuda")
     lines = done.stdout.strip().splitlines()
@@ -57,6 +60,7 @@ def test_no_cuda_device_stops_the_check_with_one_line_for_it(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.processes
 def test_without_torch_every_other_missing_package_is_named_too(tmp_path):
     # the check stops, but one look at the machine must find all it lacks, not the first of them
     done, have = _prereqs(tmp_path, "cpu", "torch", "nvtx", "hypothesis")
@@ -67,6 +71,7 @@ def test_without_torch_every_other_missing_package_is_named_too(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.processes
 def test_a_torch_older_than_graphrts_floor_stops_the_check_with_one_line_naming_both(tmp_path):
     # the checkout runs from PYTHONPATH, so no pip ever held the device's torch to setup.cfg's floor
     older = tmp_path / "older"
@@ -96,6 +101,7 @@ def _older_transformers(tmp_path) -> Path:
     return older
 
 
+@pytest.mark.processes
 def test_a_transformers_older_than_the_hf_floor_skips_only_the_transformers_step(tmp_path):
     # 5.17 names the cache past_key_values: graphrt's `cache=` would leave its StaticCache unused
     shell = tmp_path / "have.sh"
@@ -108,6 +114,7 @@ def test_a_transformers_older_than_the_hf_floor_skips_only_the_transformers_step
     assert (have["have_hf"], have["have_graphrt"], have["have_tests"]) == ("0", "1", "1")
 
 
+@pytest.mark.processes
 def test_the_check_takes_transformers_from_its_wheels_only_where_the_one_there_is_below_the_floor(tmp_path):
     def meets(pythonpath: str) -> int:
         return subprocess.run([sys.executable, str(PREREQS), "--meets-floor", "transformers"], capture_output=True,
@@ -156,6 +163,7 @@ def test_the_transformers_step_decodes_a_mistral_made_on_the_spot_and_the_summar
         ("eager", None, None), ("piecewise", True, None), ("graph", True, None)]
 
 
+@pytest.mark.processes
 def test_wheels_are_unpacked_for_this_interpreter_without_pip(tmp_path):
     import platform
     import zipfile
@@ -215,6 +223,7 @@ def test_every_step_the_check_runs_has_a_planned_limit_and_runs_in_plan_order():
     assert run == order
 
 
+@pytest.mark.processes
 def test_the_probe_times_before_any_profiler_session_then_profiles_two_sessions(tmp_path):
     # CUPTI's tax and its second-session bug both depend on what opened before: the "before"
     # timing must see no session, each replay check must be its own session, in order
@@ -256,6 +265,7 @@ STEP_FILES = {"run-b1": "run-b1.json", "run-qwen3-b1": "run-qwen3-b1.json", "com
               "localize": "localize.json", "tp1": "tp1.json"}
 
 
+@pytest.mark.processes
 def test_a_budget_too_small_for_the_steps_ends_within_it_with_the_summary_and_every_finished_steps_files(tmp_path):
     import json
     import time
@@ -283,6 +293,7 @@ exec {sys.executable} "$@"
     assert {STEP_FILES[name] for name in finished if name in STEP_FILES} <= _packed(results)
 
 
+@pytest.mark.processes
 def test_a_check_killed_from_outside_has_already_brought_back_every_finished_step_into_out(tmp_path):
     # the device machine's own limit kills the whole check, its summary unwritten: what finished
     # before is in the results already; RESULTS unset, they go to $OUT

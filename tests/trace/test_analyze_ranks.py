@@ -5,33 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import TP2_STEPS, TP2_WARMUP
 
-ROOT = Path(__file__).resolve().parents[2]
-STEPS, WARMUP = 6, 2  # 4 recorded steps per mode and rank
 STEP_PREFIXES = ("decode_step[", "replay[")
-
-
-@pytest.fixture(scope="module")
-def tp_traces(tmp_path_factory) -> Path:
-    """One real two-rank recording (gloo, CPU, torch.profiler), shared by the tests here."""
-    out = tmp_path_factory.mktemp("traces")
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "graphrt", "trace", "--model", "tiny", "--tp", "2", "--profiler", "torch",
-         "--steps", str(STEPS), "--warmup", str(WARMUP), "--out", str(out)],
-        env={**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": ""}, text=True,
-        capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    (made,) = out.iterdir()
-    return made
 
 
 def _union_us(spans: list[tuple[float, float]]) -> float:
@@ -69,19 +50,19 @@ def _raw_ranks(directory: Path) -> list[dict[str, list[dict]]]:
              for name, steps in _raw_steps(trace).items()} for r in range(2)]
 
 
-def test_every_ranks_figures_are_those_of_its_raw_trace(cli, tp_traces, tmp_path):
-    result = cli("analyze", tp_traces, "--json", tmp_path / "ranks.json")
+def test_every_ranks_figures_are_those_of_its_raw_trace(cli, tiny_tp2_traces, tmp_path):
+    result = cli("analyze", tiny_tp2_traces, "--json", tmp_path / "ranks.json")
     assert result.exit_code == 0, result.output
-    assert f"{tp_traces}: 2 ranks" in result.stdout
+    assert f"{tiny_tp2_traces}: 2 ranks" in result.stdout
     doc = json.loads((tmp_path / "ranks.json").read_text())
-    raw = _raw_ranks(tp_traces)
+    raw = _raw_ranks(tiny_tp2_traces)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     for figures, steps in zip(doc["ranks"], raw):
         groups = {g["name"]: g for g in figures["step_groups"]}
         assert set(groups) == set(steps) == {"decode_step[eager]", "replay[bs=1]"}
         for name, want in steps.items():
             got = groups[name]
-            assert got["steps"] == len(want) == STEPS - WARMUP
+            assert got["steps"] == len(want) == TP2_STEPS - TP2_WARMUP
             assert got["median_wall_ns"] / 1e3 == pytest.approx(statistics.median(s["wall_us"] for s in want), abs=0.01)
             assert got["work_unit"] == "ops"  # a CPU trace has no kernels
             assert got["work_per_step"] == statistics.median(s["ops"] for s in want)
@@ -93,10 +74,10 @@ def test_every_ranks_figures_are_those_of_its_raw_trace(cli, tp_traces, tmp_path
             assert got["collective_share_of"] == "CPU time in collectives over the step's CPU time"
 
 
-def test_the_slowest_rank_of_each_step_is_named_with_its_lead(cli, tp_traces, tmp_path):
-    result = cli("analyze", tp_traces, "--json", tmp_path / "ranks.json")
+def test_the_slowest_rank_of_each_step_is_named_with_its_lead(cli, tiny_tp2_traces, tmp_path):
+    result = cli("analyze", tiny_tp2_traces, "--json", tmp_path / "ranks.json")
     assert result.exit_code == 0, result.output
-    raw = _raw_ranks(tp_traces)
+    raw = _raw_ranks(tiny_tp2_traces)
     slowest = {s["step_group"]: s["steps"] for s in json.loads((tmp_path / "ranks.json").read_text())["slowest"]}
     for name in ("decode_step[eager]", "replay[bs=1]"):
         assert f"{name}: the slowest rank per step" in result.stdout
@@ -106,37 +87,37 @@ def test_the_slowest_rank_of_each_step_is_named_with_its_lead(cli, tp_traces, tm
             assert got["over_fastest_ns"] / 1e3 == pytest.approx(max(walls) - min(walls), abs=0.01)
 
 
-def test_plot_draws_each_ranks_eager_step_above_its_replay(cli, tp_traces, tmp_path):
+def test_plot_draws_each_ranks_eager_step_above_its_replay(cli, tiny_tp2_traces, tmp_path):
     pytest.importorskip("matplotlib")
-    result = cli("analyze", tp_traces, "--plot", tmp_path / "ranks.png")
+    result = cli("analyze", tiny_tp2_traces, "--plot", tmp_path / "ranks.png")
     assert result.exit_code == 0, result.output
     assert "decode_step[eager] above replay[bs=1]" in result.stdout
     assert (tmp_path / "ranks.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_one_ranks_directory_analyses_as_any_trace(cli, tp_traces):
-    result = cli("analyze", tp_traces / "rank1")
+def test_one_ranks_directory_analyses_as_any_trace(cli, tiny_tp2_traces):
+    result = cli("analyze", tiny_tp2_traces / "rank1")
     assert result.exit_code == 0, result.output
     assert "Decode steps" in result.stdout and "2 ranks" not in result.stdout
 
 
-def _only(tp_traces: Path, tmp_path: Path, *ranks: str) -> Path:
+def _only(tiny_tp2_traces: Path, tmp_path: Path, *ranks: str) -> Path:
     made = tmp_path / "tp"
     for rank in ranks:
-        shutil.copytree(tp_traces / rank, made / rank)
+        shutil.copytree(tiny_tp2_traces / rank, made / rank)
     return made
 
 
 @pytest.mark.parametrize("case", ["a rank missing at the end", "a rank missing between", "a rank unreadable"])
-def test_a_missing_or_unreadable_rank_gets_one_line(cli, tp_traces, tmp_path, case):
+def test_a_missing_or_unreadable_rank_gets_one_line(cli, tiny_tp2_traces, tmp_path, case):
     if case == "a rank missing at the end":  # rank 0's summary says two ranks ran
-        made, message = _only(tp_traces, tmp_path, "rank0"), "rank1/ missing of 2 ranks"
+        made, message = _only(tiny_tp2_traces, tmp_path, "rank0"), "rank1/ missing of 2 ranks"
     elif case == "a rank missing between":
-        made = _only(tp_traces, tmp_path, "rank0")
-        shutil.copytree(tp_traces / "rank1", made / "rank2")
+        made = _only(tiny_tp2_traces, tmp_path, "rank0")
+        shutil.copytree(tiny_tp2_traces / "rank1", made / "rank2")
         message = "rank1/ missing of 3 ranks"
     else:
-        made = _only(tp_traces, tmp_path, "rank0", "rank1")
+        made = _only(tiny_tp2_traces, tmp_path, "rank0", "rank1")
         (made / "rank1" / "graph.json").write_text('{"traceEvents": [{"ph": "X"')
         message = "rank1/graph.json: not a readable Chrome-trace JSON"
     result = cli("analyze", made, "--json", tmp_path / "out.json")

@@ -345,6 +345,7 @@ for i, (ctx, tokens, gen) in enumerate([(2, 512, 0), (0, 0, 8), (0, 0, 8), (1, 1
 """
 
 
+@pytest.mark.processes
 @pytest.mark.nsys
 def test_tensorrt_llms_nvtx_step_ranges_make_its_steps_in_an_nsight_systems_trace(tmp_path):
     nsys = shutil.which("nsys")

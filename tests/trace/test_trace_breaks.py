@@ -104,6 +104,7 @@ def test_nesting_deeper_than_a_parser_goes_is_one_line_naming_where_it_starts_to
     assert at.group(2) == (said or f"in traceEvents[{CUT + 1}]")
 
 
+@pytest.mark.processes
 def test_the_cli_refuses_a_trace_nested_too_deep_after_its_events_in_one_line(tmp_path):
     path = _file(tmp_path, HEAD + SEPARATOR.join(EVENTS[:3]) + b'\n], "deep": ' + DEEP + b"}", packed=False)
     done = subprocess.run([sys.executable, "-m", "graphrt", "analyze", str(path)], capture_output=True, text=True)

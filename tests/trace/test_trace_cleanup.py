@@ -7,12 +7,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from graphrt.run.spec import RunSpec
 from graphrt.trace.record.make_traces import make_traces
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.processes
 def test_a_trace_stopped_with_sigterm_removes_its_partial_directory(tmp_path):
     out = tmp_path / "traces"
     child = subprocess.Popen(
@@ -32,6 +35,7 @@ def test_a_trace_stopped_with_sigterm_removes_its_partial_directory(tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.processes
 def test_a_partial_directory_of_a_killed_recording_is_removed_by_the_next_one(tmp_path):
     out = tmp_path / "traces"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

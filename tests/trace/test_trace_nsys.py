@@ -190,6 +190,7 @@ def recorded(tmp_path_factory):
     return report, export
 
 
+@pytest.mark.processes
 @pytest.mark.nsys
 def test_range_totals_agree_with_nsys_stats(recorded):
     _, export = recorded
@@ -205,6 +206,7 @@ def test_range_totals_agree_with_nsys_stats(recorded):
     assert expected["graphrt:model.layers.1.mlp (Qwen2MLP)"][0] == 4
 
 
+@pytest.mark.processes
 @pytest.mark.nsys
 def test_an_nvtx_only_trace_reports_steps_and_says_it_has_no_kernels(recorded):
     _, export = recorded
@@ -216,6 +218,7 @@ def test_an_nvtx_only_trace_reports_steps_and_says_it_has_no_kernels(recorded):
     assert kinds == {"attention": 8, "mlp": 8, "other": 1}  # `outside`; copy_in is a step range
 
 
+@pytest.mark.processes
 @pytest.mark.nsys
 def test_a_report_is_exported_beside_itself_and_read(recorded):
     report_path, export = recorded

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import TINY_RECORDED_STEPS as RECORDED_STEPS
+from conftest import TINY_TRACE_ARGS as TINY
 
 from graphrt.backends.eager import EagerBackend
 from graphrt.cli.main import main
@@ -31,9 +33,6 @@ from graphrt.trace.analysis.steps import analyze
 from graphrt.trace.record.make_traces import publish
 from graphrt.trace.record.nsys_profile import choose_profiler, run_bounded
 
-# tiny on the CPU: 6 decode steps, the first (a quarter of 6, at least 1) a warmup: 5 recorded
-TINY = ("--model", "tiny", "--device", "cpu", "--prompt-len", "8", "--steps", "6")
-RECORDED_STEPS = 5
 needs_nsys = pytest.mark.skipif(shutil.which("nsys") is None, reason="needs the Nsight Systems CLI on PATH")
 
 
@@ -76,17 +75,13 @@ def _only_dir(parent: Path) -> Path:
 # Nsight Systems
 
 
-def _record(tmp_path_factory, profiler: str, mode: str) -> tuple[Path, str]:
-    """`graphrt trace` of tiny into a fresh folder: the trace directory and what it printed."""
-    out = tmp_path_factory.mktemp("traces")
-    result = _invoke("trace", "--profiler", profiler, "--mode", mode, *TINY, "--out", out)
-    assert result.exit_code == 0, result.output
-    return _only_dir(out), result.output
-
-
 @pytest.fixture(scope="module")
 def nsys_eager(tmp_path_factory) -> tuple[Path, str]:
-    return _record(tmp_path_factory, "nsys", "eager")
+    """`graphrt trace --profiler nsys --mode eager` of tiny: the trace directory and what it printed."""
+    out = tmp_path_factory.mktemp("traces")
+    result = _invoke("trace", "--profiler", "nsys", "--mode", "eager", *TINY, "--out", out)
+    assert result.exit_code == 0, result.output
+    return _only_dir(out), result.output
 
 
 @pytest.mark.nsys
@@ -152,11 +147,6 @@ def test_a_failing_recorded_process_is_one_line_and_leaves_nothing(tmp_path):
 # torch.profiler
 
 
-@pytest.fixture(scope="module")
-def torch_both(tmp_path_factory) -> tuple[Path, str]:
-    return _record(tmp_path_factory, "torch", "both")
-
-
 def _is_view(op: str) -> bool:
     """True for an aten op declared to return a view of an input (`aten::view`, `aten::to`, ...)."""
     packet = getattr(torch.ops.aten, op.removeprefix("aten::"))
@@ -174,8 +164,8 @@ def _top_level(ops):
     return top
 
 
-def test_torch_trace_of_each_step_holds_the_ops_the_run_counts(torch_both, eager_step):
-    made, _ = torch_both
+def test_torch_trace_of_each_step_holds_the_ops_the_run_counts(tiny_torch_recording, eager_step):
+    made, _ = tiny_torch_recording
     modules, ops = eager_step
     summary = json.loads((made / "summary.json").read_text())
     assert summary["modes"]["eager"]["ops_per_step"] == len(ops)  # the run's own count
@@ -196,8 +186,8 @@ def test_torch_trace_of_each_step_holds_the_ops_the_run_counts(torch_both, eager
                                                for s in steps]
 
 
-def test_torch_both_records_two_traces_and_sets_them_side_by_side(torch_both):
-    made, output = torch_both
+def test_torch_both_records_two_traces_and_sets_them_side_by_side(tiny_torch_recording):
+    made, output = tiny_torch_recording
     assert made.name.endswith("-tiny-both")
     assert sorted(p.name for p in made.iterdir()) == ["eager.json", "graph.json", "summary.json"]
     graph = load_trace(made / "graph.json")
@@ -212,6 +202,7 @@ def test_torch_both_records_two_traces_and_sets_them_side_by_side(torch_both):
     assert summary["nvtx_overhead"] is None
 
 
+@pytest.mark.processes
 def test_overhead_is_measured_and_kept_in_the_summary(tmp_path, eager_step):
     result = _invoke("trace", "--profiler", "torch", "--mode", "eager", *TINY, "--overhead", 8,
                      "--out", tmp_path)

@@ -116,6 +116,7 @@ def test_a_non_object_in_trace_events_is_named_by_its_index(tmp_path):
     assert message.endswith("(traceEvents[3]: Expected `object`, got `int`)")
 
 
+@pytest.mark.processes
 def test_the_cli_says_where_a_trace_broke_in_one_line_and_exits_1(tmp_path):
     path = tmp_path / "cut.json"
     path.write_bytes(_trace_bytes([_x(n) for n in range(50)])[:900])
