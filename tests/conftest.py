@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from hf_checkpoints import randomized
 from hypothesis import strategies as st
 
 from graphrt.backends.toolchain import missing_for_compile
@@ -41,13 +42,7 @@ def hf_reference(config: ModelConfig, seed: int = 0):
     (biases and norms too: HF's own init leaves them at 0 and 1, which would never exercise them)."""
     transformers = pytest.importorskip("transformers")
     hf_config = transformers.AutoConfig.for_model(**config.to_hf_dict())
-    model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1 + 0.1 * noise if "norm" in name else 0.02 * noise)
-    return model
+    return randomized(transformers.AutoModelForCausalLM.from_config(hf_config).eval(), seed)
 
 
 def save_reference(config: ModelConfig, directory: Path, seed: int = 0, **save_kwargs):

@@ -35,17 +35,23 @@ LEAN = ("qwen2", "qwen3", "llama")
 WITH_EXPERTS = ("qwen3_moe", "mixtral", "gpt_oss")
 
 
-def hf_model(model_type: str, seed: int = 0) -> torch.nn.Module:
-    """transformers' causal LM of `model_type` at the tiny shape, every parameter randomised."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.AutoConfig.for_model(model_type, **SHAPE, **ARCHITECTURES.get(model_type, {}))
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+def randomized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """`model` with every parameter drawn from a seeded generator, biases and norms too: norms
+    around 1, the rest around 0 with std 0.02 (transformers' own init leaves biases at 0 and
+    norms at 1, which would never exercise them)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
             p.copy_(1 + 0.1 * noise if "norm" in name else 0.02 * noise)
     return model
+
+
+def hf_model(model_type: str, seed: int = 0) -> torch.nn.Module:
+    """transformers' causal LM of `model_type` at the tiny shape, every parameter randomised."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, **SHAPE, **ARCHITECTURES.get(model_type, {}))
+    return randomized(transformers.AutoModelForCausalLM.from_config(config).eval(), seed)
 
 
 def save_checkpoint(model_type: str, directory: Path, seed: int = 0) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_checks import one_line_error
 import torch
 
 # a tiny shape every architecture below takes (`graphrt run`'s tests of these models use it too)
@@ -49,15 +50,6 @@ def lint(cli, tmp_path, *args):
     result = cli("lint", *args, "--json", out)
     assert "Traceback" not in result.output
     return result, json.loads(out.read_text())
-
-
-def one_line_error(result, *fragments, code=1):
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 def test_transformers_qwen2_forward_with_its_static_cache_lints_clean_and_exits_0(cli, checkpoints, tmp_path):

@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import train_tokenizer
 from hf_checkpoints import lack_grouped_mm
-from test_run_cli import one_line_error
+from cli_checks import one_line_error
 
 from graphrt.run.text import TOKENIZER_FILE
 

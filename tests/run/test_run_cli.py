@@ -11,21 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 import torch
 from conftest import save_reference
 
 from graphrt.model.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def one_line_error(result, *fragments, code=1):
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 def test_greedy_tokens_equal_hf_generate(cli, family_config, tmp_path):

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from conftest import save_reference, train_tokenizer
-from test_run_cli import one_line_error
+from cli_checks import one_line_error
 
 from graphrt.errors import GraphrtError
 from graphrt.model.config import PRESETS
