@@ -36,15 +36,19 @@ def _header(file: Path) -> dict[str, Any]:
     return header
 
 
-def checkpoint_files(path: Path) -> list[Path]:
-    """The safetensors files of a single-file or sharded checkpoint."""
+def tensor_files(path: Path) -> dict[str, Path] | list[Path]:
+    """The files of a single-file or sharded safetensors checkpoint: by tensor name where an
+    index says, else the one file. Torch-free: what loading the weights and counting them share."""
     index = path / INDEX_FILE
     if index.is_file():
         try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            weight_map = dict(json.loads(index.read_text())["weight_map"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise GraphrtError(f"{index}: expected JSON with a 'weight_map' object ({e})") from None
-        return [path / name for name in names]
+        absent = [name for name in sorted(set(weight_map.values())) if not (path / name).is_file()]
+        if absent:  # every one of them, not the first: a copy that lost shards lost them together
+            raise GraphrtError(f"{index}: names shard(s) {', '.join(absent)}, missing from {path}")
+        return {tensor: path / name for tensor, name in weight_map.items()}
     if (path / SINGLE_FILE).is_file():
         return [path / SINGLE_FILE]
     raise GraphrtError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} in this directory")
@@ -53,7 +57,8 @@ def checkpoint_files(path: Path) -> list[Path]:
 def checkpoint_parameters(path: Path) -> int:
     """Elements of every tensor a checkpoint holds, from its headers alone."""
     total = 0
-    for file in checkpoint_files(path):
+    files = tensor_files(path)
+    for file in sorted(set(files.values())) if isinstance(files, dict) else files:
         for name, entry in _header(file).items():
             if name != "__metadata__":
                 numel = 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -15,10 +14,9 @@ from safetensors import SafetensorError, safe_open
 from graphrt.errors import GraphrtError
 from graphrt.model.config import ModelConfig
 from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.model.hf_config import tensor_files
 from graphrt.model.sharding import Shard, Slice, parallelize, rank_slices, take
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
 
 
 def load_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
@@ -95,30 +93,12 @@ def random_init(model: Qwen2ForCausalLM, seed: int, whole: dict[str, torch.Size]
         _fill(p, (slices or {}).get(name), lambda piece: values if piece is None else take(values, piece))
 
 
-def _tensor_files(path: Path) -> dict[str, Path] | list[Path]:
-    """The files of a single-file or sharded safetensors checkpoint: by tensor name where an
-    index says, else the one file."""
-    index = path / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise GraphrtError(f"{index}: expected JSON with a 'weight_map' object ({e})") from None
-        absent = [name for name in sorted(set(weight_map.values())) if not (path / name).is_file()]
-        if absent:  # every one of them, not the first: a copy that lost shards lost them together
-            raise GraphrtError(f"{index}: names shard(s) {', '.join(absent)}, missing from {path}")
-        return {tensor: path / name for tensor, name in weight_map.items()}
-    if (path / SINGLE_FILE).is_file():
-        return [path / SINGLE_FILE]
-    raise GraphrtError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} in this directory")
-
-
 class _Checkpoint:
     """Tensors of a checkpoint read lazily: whole, or only a slice (safetensors `get_slice`
     reads just those bytes)."""
 
     def __init__(self, path: Path, stack: contextlib.ExitStack):
-        files = _tensor_files(path)
+        files = tensor_files(path)
         self.handles: dict[str, Any] = {}
         for file in sorted(set(files.values()) if isinstance(files, dict) else files):
             try:
