@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 
-from graphrt.errors import GraphrtError
+from graphrt.errors import GraphrtError, first_line
 from graphrt.model.config import ModelConfig
 
 EXTRA = "pip install 'graphrt[hf]'"
@@ -178,7 +178,7 @@ def set_experts(hf: nn.Module, experts: str) -> str | None:
     try:
         hf.set_experts_implementation(experts)
     except (ValueError, ImportError, RuntimeError) as e:
-        return _first_line(e)
+        return first_line(e)
     return None
 
 
@@ -186,11 +186,6 @@ def _check_experts_name(experts: str | None) -> None:
     """--experts names one of EXPERTS, refused before transformers is imported."""
     if experts is not None and experts not in EXPERTS:
         raise GraphrtError(f"--experts must be one of {', '.join(EXPERTS)}, got {experts!r}")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dtype,
@@ -203,7 +198,7 @@ def _loaded(transformers: Any, config: ModelConfig, path: Path, dtype: torch.dty
         hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (ValueError, KeyError, OSError, ImportError, SafetensorError) as e:
         # transformers' own words: an architecture it has no causal LM for, a missing or cut weight file
-        raise GraphrtError(f"{path}: transformers cannot load it as a causal LM ({_first_line(e)})") from None
+        raise GraphrtError(f"{path}: transformers cannot load it as a causal LM ({first_line(e)})") from None
     return _with_experts(hf, config, experts)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from graphrt.backends.choices import default_buckets, expand_modes
+from graphrt.backends.choices import GRAPH_MODES, default_buckets, expand_modes
 from graphrt.errors import GraphrtError
 from graphrt.measure import hardware
 from graphrt.model.config import ModelConfig
@@ -25,7 +25,6 @@ from graphrt.run.decode import LOGITS_BUDGET_BYTES
 from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.spec import RunSpec
 
-GRAPH_MODES = ("piecewise", "graph")  # the modes whose capture writes a bucket's rows of the cache
 
 
 def size_text(n: int) -> str:
