@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -51,3 +52,10 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
 
 def write_json(path: str | Path, obj: Any) -> Path:
     return write_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+def write_png(path: str | Path, figure: Any, dpi: int = 100) -> Path:
+    """A matplotlib figure as a PNG at `path`, written whole (`write_atomic`); the caller closes it."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return write_atomic(path, buffer.getvalue())

@@ -6,12 +6,11 @@ matplotlib is optional: without it `write_plot` says so and writes nothing.
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from graphrt.io import write_atomic
+from graphrt.io import write_png
 
 AXES = (("batch", "batch size"), ("context", "context length (cached tokens)"))
 STYLES = ("-", "--", ":", "-.")  # one per model / other-axis value; colours are modes
@@ -74,8 +73,6 @@ def write_plot(doc: dict[str, Any], path: str | Path) -> str:
     fig.suptitle(f"{s['name']} · {doc['machine']['device_name']} · {doc['dtype']}"
                  + (" · partial" if doc["partial"] else ""))
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    write_png(path, fig)
     plt.close(fig)
-    write_atomic(path, buffer.getvalue())
     return f"wrote {path}"

@@ -3,11 +3,10 @@ with the chosen plan and the baselines marked (matplotlib, optional as for `benc
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-from graphrt.io import write_atomic
+from graphrt.io import write_png
 
 MIB = 1 << 20
 
@@ -44,8 +43,6 @@ def write_plot(doc: dict[str, Any], path: str | Path) -> str:
     fig.suptitle(f"graphrt plan · {doc['model']} · {doc['machine']['device_name']} · {doc['dtype']}"
                  + (" · TapeGraphs (CPU figures)" if doc["graphs"] == "tape" else ""))
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    write_png(path, fig)
     plt.close(fig)
-    write_atomic(path, buffer.getvalue())
     return f"wrote {path}"
