@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from graphrt.measure import host
+from graphrt.quantiles import median
 
 
 def device_name(device: torch.device) -> str:
@@ -101,7 +101,7 @@ def _median_seconds(fn: Callable[[], object], device: torch.device, repeats: int
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median(samples)
 
 
 def measure_copy_bandwidth(device: torch.device, nbytes: int | None = None, repeats: int = 7) -> float:

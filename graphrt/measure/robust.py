@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from graphrt.measure.stats import percentile
+from graphrt.quantiles import percentile
 
 OUTLIER_MADS = 5.0
 MAD_FLOOR = 0.01  # of the median
@@ -25,7 +25,9 @@ T = TypeVar("T")
 
 
 def median(values: Sequence[float]) -> float:
-    return percentile(sorted(values), 50)
+    """The 50th percentile, interpolated as a run's median step is (graphrt.measure.stats.Stats),
+    so that a plan's figures and a run's agree to the bit."""
+    return percentile(values, 50)
 
 
 def mad(values: Sequence[float]) -> float:
@@ -56,6 +58,5 @@ def bootstrap(groups: Sequence[Sequence[float]], statistic: Callable[[list[list[
 
 def interval(values: Sequence[float], level: float) -> tuple[float, float]:
     """The central `level` (0..1) of `values`: their (1 - level) / 2 and (1 + level) / 2 quantiles."""
-    ordered = sorted(values)
     tail = 100 * (1 - level) / 2
-    return percentile(ordered, tail), percentile(ordered, 100 - tail)
+    return percentile(values, tail), percentile(values, 100 - tail)

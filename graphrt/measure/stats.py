@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def percentile(sorted_samples: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of an already sorted list."""
-    if not sorted_samples:
-        raise ValueError("no samples")
-    k = (len(sorted_samples) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_samples) - 1)
-    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (k - lo)
+from graphrt.quantiles import percentile
 
 
 @dataclass(frozen=True)
@@ -28,7 +20,7 @@ class Stats:
 
     @classmethod
     def of(cls, samples: list[float]) -> "Stats":
-        s = sorted(samples)
+        s = sorted(samples)  # the mean summed in this order, as it always was: the same figure to the bit
         return cls(median=percentile(s, 50), p10=percentile(s, 10), p90=percentile(s, 90),
                    mean=sum(s) / len(s), n=len(s))
 

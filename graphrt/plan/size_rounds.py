@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from graphrt.measure import robust
-from graphrt.measure.stats import percentile
+from graphrt.quantiles import percentile
 
 MODES = ("eager", "graph")
 ROUNDS = 4  # the default number of rounds every size and mode is timed in

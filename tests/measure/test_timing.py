@@ -7,8 +7,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from graphrt.measure.stats import Stats, percentile
+from graphrt.measure.stats import Stats
 from graphrt.measure.timing import StepTimer
+from graphrt.quantiles import percentile
 
 samples = st.lists(st.floats(0.0, 1e3, allow_nan=False), min_size=2, max_size=40)
 

@@ -8,6 +8,7 @@ import pytest
 
 from graphrt.trace.analysis.idle import KERNEL_WAIT_NS, idle_split, percentile, step_launch_idle
 from graphrt.trace.analysis.timeline import Launch, StepTimeline, Work
+from graphrt.trace.present.step_tables import format_launch_idle
 
 
 def _step(work: list[tuple], launches: list[tuple] = (), unit: str = "kernel") -> StepTimeline:
@@ -86,3 +87,22 @@ def test_a_step_of_cpu_ops_has_no_kernels_and_no_gpu_idle():
     assert (got.kernels, got.kernel_launches, got.launch_cpu_ns) == (0, 0, 0)
     assert got.idle_ns == {"host_wait": 0, "kernel_wait": 0, "other": 0}
     assert (got.delay_p50_ns, got.delay_p90_ns) == (None, None)
+
+
+def _launch_idle_row(text: str, title: str) -> list[str]:
+    """The cells of the row `title` of format_launch_idle's table, after its title."""
+    line = next(line for line in text.splitlines() if line.startswith(title))
+    return line[len(title):].split()
+
+
+def test_a_group_median_over_a_step_whose_launch_delay_is_unknown_is_unknown_too():
+    # both steps ran kernels; the second's kernel has no launch call in the trace, so the step has
+    # no launch delay to tell: the group's median is not the first step's alone
+    told = step_launch_idle(_step([(3_500, 5_500, 0)], [("kernel", 1_000, 3_000)]))
+    untold = step_launch_idle(_step([(3_500, 5_500, None)]))
+    assert (told.delay_p50_ns, untold.delay_p50_ns) == (500.0, None)
+    assert _launch_idle_row(format_launch_idle([told, told]), "launch delay p50 µs") == ["0.5"]
+    assert _launch_idle_row(format_launch_idle([told, untold]), "launch delay p50 µs") == ["-"]
+    assert _launch_idle_row(format_launch_idle([told, untold]), "launch delay p90 µs") == ["-"]
+    # a figure every step tells stays the median of them all
+    assert _launch_idle_row(format_launch_idle([told, untold]), "launch CPU time µs") == ["1.0"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphrt.measure.stats import percentile as sorted_percentile
+from graphrt import quantiles
 from graphrt.trace.analysis.timeline import StepTimeline
 from graphrt.trace.read.columns import ABSENT
 
@@ -38,9 +38,9 @@ IDLE_KINDS = ("host_wait", "kernel_wait", "other")
 
 
 def percentile(values: list[int], q: int) -> float | None:
-    """The q-th percentile of `values` in any order, as the run tables compute theirs
-    (graphrt.measure.stats.percentile: linear between the closest ranks); None for no values."""
-    return float(sorted_percentile(sorted(values), q)) if values else None
+    """The q-th percentile of a step's launch delays (graphrt.quantiles.percentile, as the run
+    tables compute theirs), as a float; None for a step with no delay to take it of."""
+    return float(quantiles.percentile(values, q)) if values else None
 
 
 @dataclass(frozen=True)

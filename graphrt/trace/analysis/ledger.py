@@ -14,10 +14,10 @@ has a row of its own and is never counted as an eager step.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from graphrt.quantiles import median
 from graphrt.trace.analysis.markers import PHASES
 from graphrt.trace.analysis.steps import StepRecord
 
@@ -42,10 +42,6 @@ class LedgerRow:
     markers: tuple[str, ...]  # the marker forms its steps came from
 
 
-def _median(values: list) -> float | None:
-    return None if None in values else statistics.median(values)
-
-
 def _order(key: tuple[str, str, int | None]) -> tuple:
     phase, mode, batch = key
     return PHASES.index(phase), batch is None, batch or 0, MODES.index(mode)
@@ -61,10 +57,10 @@ def ledger(records: list[StepRecord]) -> list[LedgerRow]:
         steps = groups[key]
         figures = [s.figures for s in steps]
         rows.append(LedgerRow(
-            *key, steps=len(steps), wall_ns=statistics.median(f.wall_ns for f in figures),
-            gpu_busy_ns=_median([f.gpu_busy_ns for f in figures]), kernels=_median([f.kernels for f in figures]),
-            kernel_launches=statistics.median(f.kernel_launches for f in figures),
-            graph_launches=statistics.median(f.graph_launches for f in figures),
+            *key, steps=len(steps), wall_ns=median(f.wall_ns for f in figures),
+            gpu_busy_ns=median(f.gpu_busy_ns for f in figures), kernels=median(f.kernels for f in figures),
+            kernel_launches=median(f.kernel_launches for f in figures),
+            graph_launches=median(f.graph_launches for f in figures),
             markers=tuple(dict.fromkeys(s.marker.form for s in steps))))
     return rows
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from graphrt.errors import GraphrtError
 from graphrt.measure.collective_share import NAMESPACE, Measure, kernel_time_of, share
 from graphrt.measure.intervals import busy_and_gaps
+from graphrt.quantiles import median
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.steps import StepGroup
 from graphrt.trace.read.events import Trace
@@ -141,7 +141,7 @@ class RankGroup:
     def collective_share(self) -> float | None:
         """The median over steps of each step's share in collectives; None if any is unknown."""
         shares = self.shares
-        return None if not shares or None in shares else statistics.median(shares)
+        return median(shares) if shares else None
 
     @property
     def measure(self) -> Measure | None:

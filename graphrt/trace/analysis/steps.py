@@ -15,7 +15,6 @@ medians over its steps. Range names group the same way (per-call counters droppe
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ import numpy as np
 from graphrt.errors import cut
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
+from graphrt.quantiles import median
 from graphrt.trace.analysis.membership import Membership, call_kinds, joined
 from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step, unread
 from graphrt.trace.analysis.names import group_name
@@ -123,7 +123,7 @@ class StepGroup:
 
     def __post_init__(self) -> None:
         values = {key: [getattr(s, key) for s in self.steps] for key, _, _ in STEP_METRICS}
-        self.medians = {key: None if None in v else statistics.median(v) for key, v in values.items()}
+        self.medians = {key: median(v) for key, v in values.items()}
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def _step(trace: Trace, att: Membership, r: int, unlinked: set[int], kinds: list
         kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
         graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
         gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
-        median_gap_ns=statistics.median(gaps) if gaps else 0,
+        median_gap_ns=median(gaps) if gaps else 0,
         cpu_ops=len(att.ops[r]), cpu_op_ns=int(_durations(trace.cpu_ops, att.ops[r]).sum()))
     if not (unlinked and launch_ns["graph"]):
         return figures

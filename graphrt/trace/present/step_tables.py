@@ -3,11 +3,11 @@ of eager and replay (graphrt.trace.analysis.idle, graphrt.trace.analysis.modules
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from graphrt.quantiles import median
 from graphrt.trace.analysis.idle import IDLE_KINDS, KERNEL_WAIT_NS, StepLaunchIdle
 from graphrt.trace.analysis.modules import ModuleTime, ReplayModules
 from graphrt.trace.analysis.names import group_name
@@ -16,11 +16,6 @@ from graphrt.trace.present.text_table import cut, table
 
 def _us(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1000:,.1f}"
-
-
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 def _groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLaunchIdle]]:
@@ -40,12 +35,12 @@ def format_launch_idle(steps: Sequence[StepLaunchIdle]) -> str:
     def row(title: str, value) -> None:
         rows.append((title, *(value(g) for g in groups.values())))
 
-    row("launch delay p50 µs", lambda g: _us(_median([s.delay_p50_ns for s in g])))
-    row("launch delay p90 µs", lambda g: _us(_median([s.delay_p90_ns for s in g])))
-    row("launch CPU time µs", lambda g: _us(_median([s.launch_cpu_ns for s in g])))
+    row("launch delay p50 µs", lambda g: _us(median([s.delay_p50_ns for s in g])))
+    row("launch delay p90 µs", lambda g: _us(median([s.delay_p90_ns for s in g])))
+    row("launch CPU time µs", lambda g: _us(median([s.launch_cpu_ns for s in g])))
     row("kernels per graph launch", lambda g: ", ".join(sorted({str(n) for s in g for n in s.graph_fanout})) or "-")
     for kind in IDLE_KINDS:
-        row(f"GPU idle: {kind} µs", lambda g, kind=kind: _us(_median([s.idle_ns[kind] for s in g])))
+        row(f"GPU idle: {kind} µs", lambda g, kind=kind: _us(median([s.idle_ns[kind] for s in g])))
     headers = ["median per step", *(f"{name} ({len(g)} steps)" for name, g in groups.items())]
     return "\n".join([
         f"Launches and GPU idle (kernel_wait: a gap under {KERNEL_WAIT_NS / 1000:g} µs before a kernel "
