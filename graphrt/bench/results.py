@@ -37,10 +37,10 @@ from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.measure.stats import Stats
 from graphrt.run.decode import Generation
 from graphrt.run.machine import machine, versions
+from graphrt.units import MIB
 
 FORMAT = "graphrt-bench/1"
 GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
-MIB = 1 << 20
 
 
 def _now() -> str:

@@ -15,6 +15,7 @@ import re
 
 from graphrt.engines.engine import COUNT, FLAG, Engine, EngineList, Kind, ServedOn, Value
 from graphrt.engines.step_marker import ANNOTATION, FIELDS, UNKNOWN, Marker, count, phase_of
+from graphrt.units import MIB
 
 NAME = "SGLang"
 LISTED = "SGLang (0.5.23)"  # the version its capture-list rules were read at
@@ -56,7 +57,7 @@ def read_marker(name: str) -> Marker | None:
 def decode_max_bs(device_memory: int, tp_size: int = 1) -> int:
     """cuda_graph_config[decode].max_bs left unset: sglang/srt/arg_groups/memory_hook.py,
     handle_gpu_memory_settings, by the device's memory in MiB (nvidia-smi's memory.total)."""
-    mib, small_tp = device_memory / (1 << 20), tp_size < 4
+    mib, small_tp = device_memory / MIB, tp_size < 4
     if mib < 20 * 1024:  # T4, 4080
         return 8
     if mib < 35 * 1024:  # A10, 4090, 5090

@@ -19,10 +19,10 @@ import re
 from graphrt.engines.engine import COUNT, Engine, EngineList, Kind, ServedOn, Value
 from graphrt.engines.step_marker import ANNOTATION, RUNNER_FUNCTION, UNKNOWN, Marker, count, phase_of
 from graphrt.errors import GraphrtError
+from graphrt.units import GIB
 
 NAME = "vLLM"
 LISTED = "vLLM (0.30.0)"  # the version its capture-list rules were read at
-GIB = 1 << 30
 SETTINGS = {"max_num_seqs": COUNT, "max_num_batched_tokens": COUNT, "max_model_len": COUNT,
             "performance_mode": Kind("choice", ("balanced", "interactivity", "throughput")),
             "cudagraph_mode": Kind("choice", ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")),

@@ -39,6 +39,7 @@ from graphrt.graphs.tape import TapeGraph
 from graphrt.graphs.tolerance import Tolerances, ValueDifference, compare_values
 from graphrt.measure import nvtx
 from graphrt.measure.opcount import classify, does_work, storage_key
+from graphrt.units import format_bytes
 
 T = TypeVar("T")
 
@@ -246,7 +247,7 @@ class Localization:
 
     def describe(self) -> str:
         d = self.difference
-        cost = f"probes: {self.copies} copies, {_size(self.bytes)} per step"
+        cost = f"probes: {self.copies} copies, {format_bytes(self.bytes, smallest='B')} per step"
         if self.verdict == "none":
             return (f"localized: no difference: every probe ({_PROBES}) matches eager over "
                     f"{self.steps} steps ({cost})")
@@ -290,8 +291,6 @@ class Localization:
                 "text": self.describe()}
 
 
-def _size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 BY_OUTPUT = "by the step's own probes"  # StepComparer.compare: judge the step by its own inputs and output

@@ -36,6 +36,7 @@ from graphrt.plan.traffic import Traffic
 from graphrt.measure.stats import Stats
 from graphrt.measure.timing import StepTimer
 from graphrt.model.decoder import Qwen2ForCausalLM
+from graphrt.units import format_bytes
 
 Quantiles = tuple[float, float, float]  # a size's median, p10 and p90 step, ms
 ROUNDS = 3  # stretches of the sample, each followed by the sizes re-timed alone
@@ -94,8 +95,8 @@ class Check:
             f"  measured mean step          {self.measured.describe()}",
             f"  cost model, sizes re-timed  {self.retimed.describe()}: {verdict}",
             f"  cost model, plan's figures  {self.predicted.describe()}: {held}",
-            f"  graph memory                measured {self.measured_bytes / (1 << 20):.3f} MiB, "
-            f"predicted {self.predicted_bytes / (1 << 20):.3f} MiB"])
+            f"  graph memory                measured {format_bytes(self.measured_bytes, 'MiB', 3)}, "
+            f"predicted {format_bytes(self.predicted_bytes, 'MiB', 3)}"])
 
     def as_dict(self) -> dict:
         def mean(m: Mean) -> dict:

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.io import write_png
-
-MIB = 1 << 20
+from graphrt.units import MIB
 
 
 def write_plot(doc: dict[str, Any], path: str | Path) -> str:

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from graphrt.errors import GraphrtError
-
-MIB = 1 << 20
+from graphrt.units import MIB, format_bytes
 
 
 @dataclass(frozen=True)
@@ -199,7 +198,7 @@ def smallest_plan(problem: Problem) -> str:
     """What the least plan needs: any plan holds a first graph, whose cost bounds it below."""
     mem = min(range(problem.size), key=lambda i: (problem.first_bytes[i], i))
     cap = min(range(problem.size), key=lambda i: (problem.first_us[i], i))
-    return (f"the smallest plan, one graph, needs {problem.first_bytes[mem] / MIB:.3f} MiB "
+    return (f"the smallest plan, one graph, needs {format_bytes(problem.first_bytes[mem], 'MiB', 3)} "
             f"(batch {mem + 1}) and {problem.first_us[cap] / 1e6:.3f} s of capture (batch {cap + 1})")
 
 

@@ -30,12 +30,12 @@ from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.machine import versions
 from graphrt.run.spec import RunSpec
+from graphrt.units import GIB, MIB, format_bytes
 
 # 4: per-size rounds and outliers, each row's vs_chosen with its interval, the verdict
 FORMAT = "graphrt-plan/4"
 # per_size is the same in all (before 4 without rounds, whose figures' uncertainty is then unknown)
 MEASUREMENTS_FROM = ("graphrt-plan/1", "graphrt-plan/2", "graphrt-plan/3", FORMAT)
-GIB = 1 << 30
 
 
 def served_on(device: torch.device, device_memory_gib: float | None) -> tuple[ServedOn, str]:
@@ -46,10 +46,10 @@ def served_on(device: torch.device, device_memory_gib: float | None) -> tuple[Se
     if device.type == "cuda":  # pragma: no mutate block (CUDA only)
         props = torch.cuda.get_device_properties(device)
         return (ServedOn(props.total_memory, props.name, props.major == 10),
-                f"{props.total_memory / GIB:.1f} GiB, {props.name}")
+                f"{format_bytes(props.total_memory, 'GiB')}, {props.name}")
     total = hardware.memory(device).total or 0
     return (ServedOn(total, "", False),
-            f"{total / GIB:.1f} GiB, this machine's memory (--device-memory to plan for a GPU)")
+            f"{format_bytes(total, 'GiB')}, this machine's memory (--device-memory to plan for a GPU)")
 
 
 def _lists(traffic: Traffic, resolved: list[EngineList], checks: tuple[tuple[int, ...], ...]) -> list[EngineList]:
@@ -189,7 +189,7 @@ def make_plan(options: dict[str, Any], say: Callable[[int, int, str], None] = la
     figures = measure_sizes.interpolate(measured, top)
     problem = summary.problem_for(figures, traffic)
     budget = Budget(options["max_graphs"],
-                    None if options["memory"] is None else round(options["memory"] * summary.MIB),
+                    None if options["memory"] is None else round(options["memory"] * MIB),
                     None if options["capture_seconds"] is None else round(options["capture_seconds"] * 1e6))
     said = " ".join(f"--{name.replace('_', '-')} {options[name]:g}" for name in ("max_graphs", "memory", "capture_seconds")
                     if options[name] is not None)

@@ -12,8 +12,7 @@ from graphrt.plan.measure_sizes import SizeFigures
 from graphrt.plan.optimize import Plan, Problem, evaluate
 from graphrt.plan.size_rounds import LEVEL, MODES, WIDE
 from graphrt.measure.robust import OUTLIER_MADS
-
-MIB = 1 << 20
+from graphrt.units import MIB
 
 
 def problem_for(figures: list[SizeFigures], traffic: dict[int, int]) -> Problem:

@@ -15,8 +15,7 @@ from graphrt.run import rank_figures
 from graphrt.run.decode import Generation
 from graphrt.run.equivalence import compare
 from graphrt.run.execute import RunResult
-
-MIB = 1 << 20
+from graphrt.units import MIB
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

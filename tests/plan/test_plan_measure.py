@@ -67,12 +67,6 @@ def test_a_measuring_that_needs_more_than_the_device_has_free_is_refused_in_one_
     plan_fit.fit(TINY, sizes[:8], prompt_len=16, steps=16, itemsize=4, free=16 << 30, where="here").check()
 
 
-@pytest.mark.parametrize("n, text", [(512, "0.5 KiB"), (3 << 20, "3.0 MiB"), (5 << 30, "5.0 GiB"),
-                                     ((1 << 40) * 2, "2.0 TiB")])
-def test_sizes_are_said_in_the_largest_unit_that_keeps_a_figure_of_at_least_one(n, text):
-    assert plan_fit.size_text(n) == text
-
-
 def test_plan_refuses_such_a_traffic_before_loading_anything_and_says_what_it_would_measure(cli, tmp_path):
     traffic = tmp_path / "traffic.json"
     traffic.write_text('{"1": 10, "100000": 1}')

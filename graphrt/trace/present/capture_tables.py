@@ -9,10 +9,7 @@ from typing import Any
 from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED
 from graphrt.trace.analysis.engine_capture import CaptureAttribution, Total, totals
 from graphrt.trace.present.text_table import cut, table
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1000:,.1f}"
+from graphrt.units import format_us
 
 
 def _pieces(found: list[CaptureAttribution]) -> list[tuple[int, float, float, tuple[str, str] | None]]:
@@ -48,14 +45,14 @@ def format_capture_attribution(group: str, found: list[CaptureAttribution], top:
     def by_table(by: str, title: str) -> list[str]:
         rows: list[Total] = totals(found, by)
         shown = f" (top {top} of {len(rows)})" if len(rows) > top else ""
-        return ["", f"{title}{shown}", table([(t.key, f"{t.kernels:,.1f}", _us(t.gpu_ns)) for t in rows[:top]],
+        return ["", f"{title}{shown}", table([(t.key, f"{t.kernels:,.1f}", format_us(t.gpu_ns)) for t in rows[:top]],
                                              headers=["", "kernels", "GPU µs"])]
 
     out = [head, *by_table("op", "by the op that launched them at capture (per step)"),
            *by_table("module", "by the module that launched them at capture (per step)")]
     if first.group.graphs > 1:
         out += ["", "pieces (per step; layers: the decoder layers the capture's module frames name, - where none)",
-                table([(p, f"{k:,.1f}", _us(ns), _layers(layers)) for p, k, ns, layers in _pieces(found)],
+                table([(p, f"{k:,.1f}", format_us(ns), _layers(layers)) for p, k, ns, layers in _pieces(found)],
                       headers=["piece", "kernels", "GPU µs", "layers"])]
     return "\n".join(out)
 

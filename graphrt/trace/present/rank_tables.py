@@ -10,10 +10,7 @@ from tabulate import tabulate
 
 from graphrt.measure.collective_share import OF
 from graphrt.trace.analysis.rank_steps import RankGroup, by_group, slowest_steps
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1000:,.1f}"
+from graphrt.units import format_us
 
 
 def _share(share: float | None) -> str:
@@ -26,7 +23,7 @@ def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
     for name, groups in by_group(ranks).items():
         for g in groups:
             unit, work = g.work
-            rows.append((name, g.rank, len(g.group.steps), _us(g.group.medians["wall_ns"]),
+            rows.append((name, g.rank, len(g.group.steps), format_us(g.group.medians["wall_ns"]),
                          "unknown" if work is None else f"{work:,.0f} {unit}",
                          f"{g.group.medians['launches']:,.0f}", _share(g.collective_share)))
     measures = dict.fromkeys(g.measure for groups in ranks for g in groups if g.measure is not None)
@@ -42,7 +39,7 @@ def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
         counts = {g.rank: sum(s.rank == g.rank for s in slow) for g in groups}
         tally = ", ".join(f"rank {r} in {n}" for r, n in counts.items() if n)
         out += ["", f"{name}: the slowest rank per step ({tally} of {len(slow)} steps)",
-                tabulate([(s.index, s.rank, _us(s.wall_ns), _us(s.ahead_ns),
+                tabulate([(s.index, s.rank, format_us(s.wall_ns), format_us(s.ahead_ns),
                            f"{s.ahead_ns / (s.wall_ns - s.ahead_ns):.0%}" if s.wall_ns > s.ahead_ns else "-")
                           for s in slow],
                          headers=["step", "slowest rank", "step µs", "over the fastest µs", "over the fastest %"],

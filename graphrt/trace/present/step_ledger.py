@@ -11,16 +11,9 @@ from graphrt.trace.analysis.idle import IDLE_KINDS
 from graphrt.trace.analysis.ledger import Fallback, LedgerRow, ledger, step_markers
 from graphrt.trace.analysis.steps import TraceReport
 from graphrt.trace.present.text_table import cut, table
+from graphrt.units import MISSING, format_count, format_us
 
 MARKER_WIDTH = 48  # a marker's name is cut to this in the step table (whole in --json)
-
-
-def _us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:,.1f}"
-
-
-def _count(n: float | None) -> str:
-    return "-" if n is None else f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
 
 
 def _batch(batch: int | None) -> str:
@@ -45,8 +38,9 @@ def format_markers(report: TraceReport) -> str:
 def format_ledger(rows: list[LedgerRow]) -> str:
     return "\n".join([
         "Steps by phase, mode and batch (median per step; batch: requests the marker states, ? where it does not)",
-        table([(r.phase, r.mode, _batch(r.batch), f"{r.steps:,}", _us(r.wall_ns), _us(r.gpu_busy_ns),
-                _count(r.kernels), _count(r.kernel_launches), _count(r.graph_launches)) for r in rows],
+        table([(r.phase, r.mode, _batch(r.batch), f"{r.steps:,}", format_us(r.wall_ns), format_us(r.gpu_busy_ns),
+                format_count(r.kernels), format_count(r.kernel_launches), format_count(r.graph_launches))
+               for r in rows],
               headers=["phase", "mode", "batch", "steps", "step µs (CPU)", "GPU busy µs", "kernels",
                        "kernel launches", "graph launches"])])
 
@@ -76,11 +70,11 @@ def format_steps(steps: Sequence[TraceStep], limit: int) -> str:
     rows = []
     for i, s in enumerate(steps[:limit]):
         f, li = s.record.figures, s.launch_idle
-        idle = [_us(li.idle_ns[k]) if li else "-" for k in IDLE_KINDS]
+        idle = [format_us(li.idle_ns[k]) if li else MISSING for k in IDLE_KINDS]
         rows.append((i, f"{(f.start_ns - origin) / 1e6:,.3f}", cut(f.name, MARKER_WIDTH), s.record.marker.phase,
-                     _batch(s.record.marker.requests), s.record.mode, _us(f.wall_ns), _count(f.graph_launches),
-                     _count(f.kernel_launches), _count(f.kernels), _us(f.launch_ns), _us(f.gpu_busy_ns), *idle,
-                     _piece_share(s)))
+                     _batch(s.record.marker.requests), s.record.mode, format_us(f.wall_ns),
+                     format_count(f.graph_launches), format_count(f.kernel_launches), format_count(f.kernels),
+                     format_us(f.launch_ns), format_us(f.gpu_busy_ns), *idle, _piece_share(s)))
     more = f" (the first {limit} of {len(steps):,}; every step is in --json)" if len(steps) > limit else ""
     return "\n".join([
         f"Step by step{more}; GPU idle between its kernels: host wait (launched after the GPU ran dry), "

@@ -12,10 +12,7 @@ from graphrt.trace.analysis.idle import IDLE_KINDS, KERNEL_WAIT_NS, StepLaunchId
 from graphrt.trace.analysis.modules import ModuleTime, ReplayModules
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.present.text_table import cut, table
-
-
-def _us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:,.1f}"
+from graphrt.units import format_us
 
 
 def _groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLaunchIdle]]:
@@ -35,12 +32,12 @@ def format_launch_idle(steps: Sequence[StepLaunchIdle]) -> str:
     def row(title: str, value) -> None:
         rows.append((title, *(value(g) for g in groups.values())))
 
-    row("launch delay p50 µs", lambda g: _us(median([s.delay_p50_ns for s in g])))
-    row("launch delay p90 µs", lambda g: _us(median([s.delay_p90_ns for s in g])))
-    row("launch CPU time µs", lambda g: _us(median([s.launch_cpu_ns for s in g])))
+    row("launch delay p50 µs", lambda g: format_us(median([s.delay_p50_ns for s in g])))
+    row("launch delay p90 µs", lambda g: format_us(median([s.delay_p90_ns for s in g])))
+    row("launch CPU time µs", lambda g: format_us(median([s.launch_cpu_ns for s in g])))
     row("kernels per graph launch", lambda g: ", ".join(sorted({str(n) for s in g for n in s.graph_fanout})) or "-")
     for kind in IDLE_KINDS:
-        row(f"GPU idle: {kind} µs", lambda g, kind=kind: _us(median([s.idle_ns[kind] for s in g])))
+        row(f"GPU idle: {kind} µs", lambda g, kind=kind: format_us(median([s.idle_ns[kind] for s in g])))
     headers = ["median per step", *(f"{name} ({len(g)} steps)" for name, g in groups.items())]
     return "\n".join([
         f"Launches and GPU idle (kernel_wait: a gap under {KERNEL_WAIT_NS / 1000:g} µs before a kernel "
@@ -53,9 +50,9 @@ def _module_rows(rows: Sequence[ModuleTime], unit: str) -> str:
     busy = "GPU" if unit == "kernel" else "op"
     headers = ["", f"eager {what}", f"replay {what}", f"eager {busy} µs", f"replay {busy} µs",
                "eager idle before µs", "replay idle before µs", "eager µs", "replay µs", "removed µs"]
-    return table([(r.key, f"{r.eager.work:,.1f}", f"{r.replay.work:,.1f}", _us(r.eager.busy_ns),
-                   _us(r.replay.busy_ns), _us(r.eager.gap_ns), _us(r.replay.gap_ns),
-                   _us(r.eager.total_ns), _us(r.replay.total_ns), _us(r.removed_ns)) for r in rows],
+    return table([(r.key, f"{r.eager.work:,.1f}", f"{r.replay.work:,.1f}", format_us(r.eager.busy_ns),
+                   format_us(r.replay.busy_ns), format_us(r.eager.gap_ns), format_us(r.replay.gap_ns),
+                   format_us(r.eager.total_ns), format_us(r.replay.total_ns), format_us(r.removed_ns)) for r in rows],
                  headers=headers)
 
 

@@ -8,17 +8,9 @@ from typing import Any
 from graphrt.trace.analysis.comparisons import Comparison
 from graphrt.trace.analysis.steps import STEP_METRICS, RangeFigures, TraceReport, shown
 from graphrt.trace.present.text_table import cut, table
+from graphrt.units import format_count, format_us
 
-
-def _us(ns: float) -> str:
-    return f"{ns / 1000:,.1f}"
-
-
-def _count(n: float) -> str:
-    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
-
-
-_UNIT_FORMAT = {"ns": _us, "count": _count}
+_UNIT_FORMAT = {"ns": format_us, "count": format_count}
 _METRIC_UNITS = {key: unit for key, _, unit in STEP_METRICS}
 UNKNOWN = "unknown"  # a figure the trace cannot say (graphrt.trace.analysis.steps.UNLINKED_GRAPH_KERNELS)
 
@@ -51,7 +43,7 @@ def format_report(report: TraceReport, top: int = 15, steps: str = "") -> str:
     out = [_describe(report), *report.notes, *(["", steps] if steps else [])]
     if report.devices:
         out += ["", "Kernels per device", table(
-            [(d.device, _count(d.kernels), _us(d.kernel_ns), _us(d.busy_ns), _us(d.span_ns))
+            [(d.device, format_count(d.kernels), format_us(d.kernel_ns), format_us(d.busy_ns), format_us(d.span_ns))
              for d in report.devices],
             headers=["device", "kernels", "kernel time µs", "busy µs", "first→last µs"])]
     if report.step_groups and not report.engine_steps:  # an engine's steps are in `steps`, by row
@@ -66,8 +58,8 @@ def format_report(report: TraceReport, top: int = 15, steps: str = "") -> str:
     def range_rows(rows: list[RangeFigures], first: str, domain: bool) -> str:
         headers = [first, *(["domain"] if domain else []), "ranges", "total µs", "mean µs",
                    "kernels", "GPU µs", *(["CPU ops"] if with_ops else [])]
-        return table([(f.key, *([f.domain] if domain else []), f.count, _us(f.total_ns),
-                       _us(f.mean_ns), _metric("count", f.kernels), _metric("ns", f.gpu_ns), *([f.cpu_ops] if with_ops else []))
+        return table([(f.key, *([f.domain] if domain else []), f.count, format_us(f.total_ns),
+                       format_us(f.mean_ns), _metric("count", f.kernels), _metric("ns", f.gpu_ns), *([f.cpu_ops] if with_ops else []))
                       for f in rows], headers=headers)
 
     if any(f.key != "other" for f in report.by_kind):  # only "other": no module ranges to sort
