@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "graphrt"
-BASE = {"errors", "io", "quantiles", "units"}
+BASE = {"errors", "io", "quantiles", "units", "vocab"}
 TOP = {"testing", "__main__"}  # the public entry points above every package
 
 # what each package may import besides itself and the base (docs/design.md, "Layout")

@@ -6,20 +6,21 @@ Torch-free, so that the command line checks them and prints its help without imp
 from __future__ import annotations
 
 from graphrt.errors import GraphrtError
+from graphrt.vocab import Mode
 
-MODES = ("eager", "piecewise", "graph", "compile")
-GRAPH_MODES = ("piecewise", "graph")  # the modes that capture the step and replay it
-GROUPS = {"both": ("eager", "graph"), "all": ("eager", "piecewise", "graph", "compile")}
+MODES = tuple(Mode)
+GRAPH_MODES = (Mode.PIECEWISE, Mode.GRAPH)  # the modes that capture the step and replay it
+GROUPS = {"both": (Mode.EAGER, Mode.GRAPH), "all": MODES}
 
 
-def expand_modes(mode: str) -> tuple[str, ...]:
+def expand_modes(mode: str) -> tuple[Mode, ...]:
     """`both` and `all` name several modes, a comma list (`eager,piecewise,graph`) its own;
     the others one."""
     if mode in GROUPS:
         return GROUPS[mode]
     names = tuple(mode.split(","))
     if all(name in MODES for name in names) and len(set(names)) == len(names):
-        return names
+        return tuple(Mode(name) for name in names)
     raise GraphrtError(f"--mode must be one of {', '.join((*MODES, *GROUPS))} or a comma list of "
                        f"distinct modes, got {mode!r}")
 

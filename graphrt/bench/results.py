@@ -38,9 +38,10 @@ from graphrt.measure.stats import Stats
 from graphrt.run.decode import Generation
 from graphrt.run.machine import machine, versions
 from graphrt.units import MIB
+from graphrt.vocab import Mode
 
 FORMAT = "graphrt-bench/1"
-GRAPH_MODES = ("graph", "piecewise")  # the modes whose graphs the memory table shows
+GRAPH_MODES = (Mode.GRAPH, Mode.PIECEWISE)  # the modes whose graphs the memory table shows
 
 
 def _now() -> str:

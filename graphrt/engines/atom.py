@@ -12,6 +12,7 @@ import re
 
 from graphrt.engines.engine import Engine
 from graphrt.engines.step_marker import ANNOTATION, FIELDS, Marker, count
+from graphrt.vocab import Phase
 
 NAME = "ATOM"
 _STEP = re.compile(r"(prefill|decode)\[bs=(\d+)(?:/(\d+))?( .*)?\]", re.ASCII)  # ctx=[…] holds brackets of its own
@@ -21,11 +22,10 @@ def read_marker(name: str) -> Marker | None:
     """The marker `name` is in ATOM's forms, or None."""
     if not (m := _STEP.fullmatch(name)):
         return None
-    phase, bs, padded, rest = m.groups()
+    stated, bs, padded, rest = m.groups()
     given = dict(FIELDS.findall(rest or ""))
     f = {k: count(k, v) for k, v in given.items() if k in ("tok", "p")}
-    if phase == "decode" and f.get("p"):
-        phase = "mixed"
+    phase = Phase.MIXED if stated == Phase.DECODE and f.get("p") else Phase(stated)
     return Marker(NAME, "ATOM prefill[...]/decode[...]", ANNOTATION, phase, count("bs", bs), f.get("tok"),
                   count("bs", padded) if padded else None)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 
 from graphrt.engines.engine import COUNT, FLAG, Engine, EngineList, Kind, ServedOn, Value
-from graphrt.engines.step_marker import ANNOTATION, FIELDS, UNKNOWN, Marker, count, phase_of
+from graphrt.engines.step_marker import ANNOTATION, FIELDS, Marker, count, phase_of
 from graphrt.units import MIB
+from graphrt.vocab import Phase
 
 NAME = "SGLang"
 LISTED = "SGLang (0.5.23)"  # the version its capture-list rules were read at
@@ -29,9 +30,9 @@ SETTINGS = {"max_running_requests": COUNT, "cuda_graph_max_bs_decode": COUNT,
 
 _STEP = re.compile(r"step\[([A-Z][A-Z_0-9]*)((?: [a-z_]+=\d+)*)\]", re.ASCII)
 # ForwardMode (and its stage names) by the phase they are
-_PHASES = {"EXTEND": "prefill", "SPLIT_PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed",
-           "IDLE": "idle", "TARGET_VERIFY": "verify", "VERIFY": "verify", "DRAFT": "draft",
-           "DRAFT_EXTEND": "draft", "DRAFT_EXTEND_V2": "draft", "DRAFT_LOOP": "draft"}
+_PHASES = {"EXTEND": Phase.PREFILL, "SPLIT_PREFILL": Phase.PREFILL, "DECODE": Phase.DECODE, "MIXED": Phase.MIXED,
+           "IDLE": Phase.IDLE, "TARGET_VERIFY": Phase.VERIFY, "VERIFY": Phase.VERIFY, "DRAFT": Phase.DRAFT,
+           "DRAFT_EXTEND": Phase.DRAFT, "DRAFT_EXTEND_V2": Phase.DRAFT, "DRAFT_LOOP": Phase.DRAFT}
 
 
 def read_marker(name: str) -> Marker | None:
@@ -43,8 +44,8 @@ def read_marker(name: str) -> Marker | None:
     f = {k: count(k, v) for k, v in given.items() if k in ("bs", "raw_bs", "toks", "c", "g", "c_sq", "g_sq")}
     form = "SGLang step[...]"
     if stage == "DRAFT_LOOP":  # raw_bs real rows in a graph of bs
-        return Marker(NAME, form, ANNOTATION, "draft", f.get("raw_bs"), padded_to=f.get("bs"))
-    phase = _PHASES.get(stage, UNKNOWN)
+        return Marker(NAME, form, ANNOTATION, Phase.DRAFT, f.get("raw_bs"), padded_to=f.get("bs"))
+    phase = _PHASES.get(stage, Phase.UNKNOWN)
     if stage == "MIXED" and "c" in f and "g" in f:
         phase = phase_of(f["c"], f["g"])
     sums = [f[k] for k in ("c_sq", "g_sq") if k in f]

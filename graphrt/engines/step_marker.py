@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-UNKNOWN = "unknown"
+from graphrt.vocab import Mode, Phase
+
 ANNOTATION, RUNNER_FUNCTION, PROFILER_ITERATION = 1, 2, 3  # tiers: the lower wins where markers nest
 # engines hold a step's rows and tokens in int32 tensors (positions, slot maps, grid sizes): no
 # marker of theirs states a count from 2**31 up
@@ -28,11 +29,11 @@ class Marker:
     engine: str
     form: str  # the marker's form, as the output names it: "SGLang step[...]"
     tier: int
-    phase: str = UNKNOWN
+    phase: Phase = Phase.UNKNOWN
     requests: int | None = None
     tokens: int | None = None
     padded_to: int | None = None
-    mode: str | None = None
+    mode: Mode | None = None
 
 
 class PastBound(ValueError):
@@ -51,8 +52,8 @@ def count(field: str, digits: str) -> int:
     return n
 
 
-def phase_of(prefilling: int, decoding: int) -> str:
+def phase_of(prefilling: int, decoding: int) -> Phase:
     """The phase of a step that ran `prefilling` requests in prefill and `decoding` in decode."""
     if prefilling and decoding:
-        return "mixed"
-    return "prefill" if prefilling else "decode" if decoding else "idle"
+        return Phase.MIXED
+    return Phase.PREFILL if prefilling else Phase.DECODE if decoding else Phase.IDLE

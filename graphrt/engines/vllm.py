@@ -17,9 +17,10 @@ import json
 import re
 
 from graphrt.engines.engine import COUNT, Engine, EngineList, Kind, ServedOn, Value
-from graphrt.engines.step_marker import ANNOTATION, RUNNER_FUNCTION, UNKNOWN, Marker, count, phase_of
+from graphrt.engines.step_marker import ANNOTATION, RUNNER_FUNCTION, Marker, count, phase_of
 from graphrt.errors import GraphrtError
 from graphrt.units import GIB
+from graphrt.vocab import Phase
 
 NAME = "vLLM"
 LISTED = "vLLM (0.30.0)"  # the version its capture-list rules were read at
@@ -54,7 +55,7 @@ def read_marker(name: str) -> Marker | None:
         return Marker(NAME, "vLLM execute_N_context_…_generation_…", ANNOTATION, phase_of(c, g), c + g, total)
     if m := _NEW_CACHED.fullmatch(name):
         new, cached = map(count, ("new", "cached"), m.groups())
-        phase = "prefill" if new and not cached else "idle" if not new and not cached else UNKNOWN
+        phase = Phase.PREFILL if new and not cached else Phase.IDLE if not new and not cached else Phase.UNKNOWN
         return Marker(NAME, "vLLM execute_new_…_cached_…", ANNOTATION, phase, new + cached)
     if is_runner_function(name):
         return Marker(NAME, "vLLM model runner execute_model (python function)", RUNNER_FUNCTION)

@@ -26,8 +26,9 @@ from functools import cached_property
 
 from graphrt.measure import robust
 from graphrt.quantiles import percentile
+from graphrt.vocab import Mode
 
-MODES = ("eager", "graph")
+MODES = (Mode.EAGER, Mode.GRAPH)  # what a plan times: each size eagerly and replayed
 ROUNDS = 4  # the default number of rounds every size and mode is timed in
 WIDE = 0.05  # a figure whose interval reaches further than this from it earns another round
 LEVEL = 0.9  # the central share of the bootstrap an interval holds

@@ -27,8 +27,9 @@ from graphrt.graphs.tolerance import tolerances_for
 from graphrt.model.decoder import Qwen2ForCausalLM, greedy
 from graphrt.run.decode import Generation, decode
 from graphrt.run.equivalence import compare, logits_differ
+from graphrt.vocab import Mode
 
-PROBED_MODES = ("graph", "piecewise")
+PROBED_MODES = (Mode.GRAPH, Mode.PIECEWISE)
 STEPS = 4  # decode steps compared where no run says which step differs
 
 

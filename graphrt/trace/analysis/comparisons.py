@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphrt.trace.analysis.steps import STEP_METRICS, StepGroup, TraceReport, shown
+from graphrt.vocab import Mode
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,6 @@ def _engine_comparisons(reports: Sequence[TraceReport], groups: dict[str, StepGr
         for record in rep.steps:
             kind[_label(rep, record.step.group, several)] = (record.marker.phase, record.marker.requests, record.mode)
     return [_comparison(eager, groups[eager], other, groups[other])
-            for eager, (phase, batch, mode) in kind.items() if mode == "eager" and batch is not None
+            for eager, (phase, batch, mode) in kind.items() if mode == Mode.EAGER and batch is not None
             for other, (phase2, batch2, mode2) in kind.items()
             if mode2 in ("graph", "piecewise") and (phase2, batch2) == (phase, batch)]

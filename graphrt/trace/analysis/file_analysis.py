@@ -18,7 +18,7 @@ from pathlib import Path
 from graphrt.trace import load_trace
 from graphrt.trace.analysis.engine_capture import CaptureAttribution, CaptureGroup, attribute, captures
 from graphrt.trace.analysis.idle import BetweenPieces, StepLaunchIdle, between_pieces, step_launch_idle
-from graphrt.trace.analysis.ledger import Fallback, LedgerRow, fallback, ledger
+from graphrt.trace.analysis.ledger import REPLAYED, Fallback, LedgerRow, fallback, ledger
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.rank_steps import CollectiveTime, collective_time
 from graphrt.trace.analysis.steps import StepRecord, TraceReport, analyze
@@ -71,7 +71,7 @@ class FileAnalysis:
         out: dict[str, list[CaptureAttribution]] = {}
         if self.report.engine_steps:
             for record, timeline in zip(self.report.steps, self.timelines):
-                if record.mode in ("graph", "piecewise") and (found := attribute(timeline, groups)):
+                if record.mode in REPLAYED and (found := attribute(timeline, groups)):
                     out.setdefault(record.step.group, []).append(found)
         return out
 

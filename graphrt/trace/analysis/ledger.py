@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from graphrt.quantiles import median
 from graphrt.trace.analysis.markers import PHASES
 from graphrt.trace.analysis.steps import StepRecord
+from graphrt.vocab import STEP_MODES, Mode, Phase
 
-MODES = ("eager", "piecewise", "graph", "idle", "unknown")  # idle: launched nothing (markers.step_mode)
-REPLAYED = ("graph", "piecewise")
+REPLAYED = (Mode.GRAPH, Mode.PIECEWISE)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class LedgerRow:
 
 def _order(key: tuple[str, str, int | None]) -> tuple:
     phase, mode, batch = key
-    return PHASES.index(phase), batch is None, batch or 0, MODES.index(mode)
+    return PHASES.index(phase), batch is None, batch or 0, STEP_MODES.index(mode)
 
 
 def ledger(records: list[StepRecord]) -> list[LedgerRow]:
@@ -95,12 +95,12 @@ class Fallback:
 
 def eager_decode(records: list[StepRecord]) -> list[StepRecord]:
     """The decode steps that ran eagerly."""
-    return [r for r in records if r.marker.phase == "decode" and r.mode == "eager"]
+    return [r for r in records if r.marker.phase == Phase.DECODE and r.mode == Mode.EAGER]
 
 
 def fallback(records: list[StepRecord]) -> Fallback | None:
     """The decode steps that ran eagerly where other decode steps replayed; None where none did
     (all eager, all replayed, or no decode step)."""
-    replayed = [r for r in records if r.marker.phase == "decode" and r.mode in REPLAYED]
+    replayed = [r for r in records if r.marker.phase == Phase.DECODE and r.mode in REPLAYED]
     eager = eager_decode(records)
     return Fallback(eager, replayed) if eager and replayed else None

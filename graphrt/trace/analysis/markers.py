@@ -30,16 +30,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from graphrt.engines.registry import ENGINES
-from graphrt.engines.step_marker import ANNOTATION, PROFILER_ITERATION, UNKNOWN, Marker, PastBound, count
+from graphrt.engines.step_marker import ANNOTATION, PROFILER_ITERATION, Marker, PastBound, count
 from graphrt.errors import cut
+from graphrt.vocab import IDLE, UNKNOWN, Mode, Phase
 
-PHASES = ("prefill", "decode", "mixed", "idle", "verify", "draft", UNKNOWN)
+PHASES = tuple(Phase)
 
 GRAPHRT, PROFILER = "graphrt", "torch.profiler"
 
 # the markers, as a note names them where a trace has none
 MARKERS = "graphrt's, " + ", ".join(f"{engine.name}'s" for engine in ENGINES) + " or ProfilerStep#N"
-_ROWS_RUN = ("prefill", "decode", "mixed", "verify", "draft")  # phases that ran at least one request
+_ROWS_RUN = (Phase.PREFILL, Phase.DECODE, Phase.MIXED, Phase.VERIFY, Phase.DRAFT)  # phases that ran a request
 
 _GRAPHRT = re.compile(r"(decode_step|replay)\[([^\]]*)\]")
 _PROFILER_STEP = re.compile(r"ProfilerStep#\d+", re.ASCII)
@@ -58,10 +59,10 @@ def _graphrt(kind: str, inside: str) -> Marker:
         raise PastBound("bs", fields["bs"], "not a count")
     size = count("bs", fields["bs"]) if "bs" in fields else None
     if kind == "replay":
-        return Marker(GRAPHRT, "graphrt replay[...]", ANNOTATION, "decode", padded_to=size, mode="graph")
+        return Marker(GRAPHRT, "graphrt replay[...]", ANNOTATION, Phase.DECODE, padded_to=size, mode=Mode.GRAPH)
     mode = inside.split(",")[0]
-    return Marker(GRAPHRT, "graphrt decode_step[...]", ANNOTATION, "decode", padded_to=size,
-                  mode=mode if mode in ("eager", "piecewise") else None)
+    return Marker(GRAPHRT, "graphrt decode_step[...]", ANNOTATION, Phase.DECODE, padded_to=size,
+                  mode=Mode(mode) if mode in (Mode.EAGER, Mode.PIECEWISE) else None)
 
 
 def _parse(name: str) -> Marker | None:
@@ -140,14 +141,14 @@ def step_mode(launches: int, graph_launches: int, launches_recorded: bool, marke
     own), else unknown. `launches`: its launch calls of any kind, `graph_launches` among them."""
     if launches_recorded:
         if not launches:
-            return "idle"
-        return "eager" if not graph_launches else "graph" if graph_launches == 1 else "piecewise"
+            return IDLE
+        return Mode.EAGER if not graph_launches else Mode.GRAPH if graph_launches == 1 else Mode.PIECEWISE
     return marker.mode or UNKNOWN
 
 
 def group_label(marker: Marker, mode: str) -> str:
     """The group an engine's step counts in, by phase, batch and mode: `decode bs=32 (graph)`."""
-    phase = "step" if marker.phase == UNKNOWN else marker.phase
+    phase = "step" if marker.phase == Phase.UNKNOWN else marker.phase
     batch = "" if marker.requests is None else f" bs={marker.requests}"
     return f"{phase}{batch} ({mode})"
 

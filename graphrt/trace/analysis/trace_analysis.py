@@ -21,6 +21,7 @@ from graphrt.trace.analysis.modules import CaptureRecords, ReplayModules, replay
 from graphrt.trace.analysis.names import is_replay
 from graphrt.trace.analysis.rank_steps import RankGroup, rank_dirs
 from graphrt.trace.read.capture_records import capture_ranges
+from graphrt.vocab import IDLE, UNKNOWN, Phase
 
 
 def trace_files(paths: tuple[str, ...]) -> list[Path]:
@@ -63,8 +64,8 @@ class TraceAnalysis:
         """GraphrtError, naming them, where decode steps ran eagerly; one too where no decode
         step's mode can be told (a gate that passes on nothing would pass a server without graphs)."""
         eager = [(str(f.source), r) for f in self.files for r in eager_decode(f.report.steps)]
-        told = [r for f in self.files for r in f.report.steps if r.mode not in ("unknown", "idle")]  # idle: launched nothing
-        decode = [r for r in told if r.marker.phase == "decode"]
+        told = [r for f in self.files for r in f.report.steps if r.mode not in (UNKNOWN, IDLE)]
+        decode = [r for r in told if r.marker.phase == Phase.DECODE]
         if eager:
             where = ", ".join(dict.fromkeys(path for path, _ in eager))
             batches = sorted({r.marker.requests for _, r in eager}, key=lambda b: (b is None, b or 0))

@@ -9,10 +9,10 @@ from graphrt.trace.analysis.comparisons import Comparison
 from graphrt.trace.analysis.steps import STEP_METRICS, RangeFigures, TraceReport, shown
 from graphrt.trace.present.text_table import cut, table
 from graphrt.units import format_count, format_us
+from graphrt.vocab import UNKNOWN  # a figure the trace cannot say (steps.UNLINKED_GRAPH_KERNELS)
 
 _UNIT_FORMAT = {"ns": format_us, "count": format_count}
 _METRIC_UNITS = {key: unit for key, _, unit in STEP_METRICS}
-UNKNOWN = "unknown"  # a figure the trace cannot say (graphrt.trace.analysis.steps.UNLINKED_GRAPH_KERNELS)
 
 
 def _metric(unit: str, value: float | None) -> str:
