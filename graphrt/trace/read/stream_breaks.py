@@ -45,7 +45,17 @@ def break_at(error: Exception, decode_prefix: Callable[[int], Any], size: int, r
     said = str(error)
     if said == ran_out_said:
         return size
-    return first_to_fail(decode_prefix, size, lambda e: isinstance(e, type(error)) and str(e) == said)
+
+    def fails_so(n: int) -> bool:  # whether the first n bytes fail as `error` says
+        try:
+            decode_prefix(n)
+        except (msgspec.MsgspecError, RecursionError) as other:
+            return isinstance(other, type(error)) and str(other) == said
+        return False
+
+    if not fails_so(size - 1):  # the last byte breaks it (as a cut inside an event does): one decode, not a bisection
+        return size - 1
+    return first_to_fail(decode_prefix, size - 1, lambda e: isinstance(e, type(error)) and str(e) == said)
 
 
 def event_at(events: bytes | bytearray, at: int) -> tuple[int, int]:
