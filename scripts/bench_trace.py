@@ -2,11 +2,14 @@
 same file (and Holistic Trace Analysis where it is installed), and how much a directory of rank
 traces gains from reading its files at once.
 
-    python scripts/bench_trace.py                       # the V100 trace grown 1x, 4x, 16x; 4 ranks of 4x
+    python scripts/bench_trace.py                       # the V100 and A100 traces grown 1x, 4x, 16x; 4 ranks of 4x
     python scripts/bench_trace.py --copies 16,64 --repeats 1 --ranks 0
     python scripts/bench_trace.py --copies 1,4 --trace other.json.gz --gzip
 
-A real torch.profiler trace is grown N times: copy c is the same events later in time (each copy
+Two real traces of different shapes by default: HTA's V100 training steps replaying CUDA graphs
+(a kernel or a launch call in most events), and HTA's A100 one (rank 0 of 16: graph launches
+among launch calls, but most events are `cudaEventQuery` calls, CPU ops and flow events, which
+carry no figure). A real torch.profiler trace is grown N times: copy c is the same events later in time (each copy
 starts after the one before ends), with its correlation, flow and external ids and its
 `ProfilerStep#N` numbers shifted past the copy before, so the grown trace is N times the steps of
 the original, each as it was. Each grown trace is written plain (JSON) to a temporary directory,
@@ -36,7 +39,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO / "tests" / "data" / "torch" / "hta-v100-graph-launches.json.gz"
+TORCH_DATA = REPO / "tests" / "data" / "torch"
+DEFAULT_TRACES = [TORCH_DATA / "hta-v100-graph-launches.json.gz", TORCH_DATA / "hta-a100-graph-launches.json.gz"]
 PROFILER_STEP = "ProfilerStep#"
 ID_ARGS = ("correlation", "External id", "Ev Idx")  # ids a copy shifts past the copy before
 
@@ -149,12 +153,12 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows)
 
 
-def _files(args: argparse.Namespace, tmp: Path, hta: bool) -> list[tuple]:
-    """Per grown trace and form: (copies, form, events, bytes, analyze s, RSS, json.load s, RSS, HTA s)."""
+def _files(args: argparse.Namespace, source: Path, tmp: Path, hta: bool) -> list[tuple]:
+    """Per grown trace and form: (trace, copies, form, events, bytes, analyze s, RSS, json.load s, RSS, HTA s)."""
     py, rows = sys.executable, []
     for copies in map(int, args.copies.split(",")):
         path = tmp / f"grown-{copies}x.json"
-        events = grown(args.trace, copies, path)
+        events = grown(source, copies, path)
         size = path.stat().st_size
         repeats = args.repeats if size < 1e9 else 1
         forms = [("plain", path)]
@@ -169,8 +173,8 @@ def _files(args: argparse.Namespace, tmp: Path, hta: bool) -> list[tuple]:
             load_s, load_rss = median_of([py, "-c", f"import json, gzip; json.load({opener}({str(f)!r}, 'rb'))"], repeats)
             an_s, an_rss = median_of([py, "-m", "graphrt", "analyze", str(f)], repeats)
             hta_s = median_of([py, "-c", HTA, str(f)], repeats)[0] if hta else None
-            rows.append((copies, form, events, size, an_s, an_rss, load_s, load_rss, hta_s))
-            print(f"  {copies}x {form}: {events:,} events, {size / 1e6:,.0f} MB: analyze {an_s:.2f} s "
+            rows.append((source.name, copies, form, events, size, an_s, an_rss, load_s, load_rss, hta_s))
+            print(f"  {source.name} {copies}x {form}: {events:,} events, {size / 1e6:,.0f} MB: analyze {an_s:.2f} s "
                   f"{an_rss / 2**20:,.0f} MiB; json.load {load_s:.2f} s {load_rss / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
         for _, f in forms:
             f.unlink()
@@ -183,7 +187,7 @@ def _rank_directory(args: argparse.Namespace, tmp: Path, hta: bool) -> tuple[int
     made = tmp / "ranks"
     made.mkdir()
     for rank in range(args.ranks):
-        grown(args.trace, args.rank_copies, made / f"rank_{rank}.json", rank, args.ranks)
+        grown(args.trace[0], args.rank_copies, made / f"rank_{rank}.json", rank, args.ranks)
     size = sum(f.stat().st_size for f in made.iterdir())
     analyze = [sys.executable, "-m", "graphrt", "analyze", str(made)]
     # taken in turns, so that whatever else the machine runs weighs on both alike
@@ -197,34 +201,37 @@ def _rank_directory(args: argparse.Namespace, tmp: Path, hta: bool) -> tuple[int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="a real Chrome trace (.json or .json.gz)")
+    parser.add_argument("--trace", type=Path, action="append",
+                        help="a real Chrome trace (.json or .json.gz); again for another (default: HTA's V100 and "
+                             "A100 traces); the rank directory grows the first")
     parser.add_argument("--copies", default="1,4,16", help="how many times to grow it, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement of a file below 1 GB (median)")
     parser.add_argument("--gzip", action="store_true", help="also analyze each grown trace gzipped")
     parser.add_argument("--ranks", type=int, default=4, help="rank traces in the directory (0: none)")
     parser.add_argument("--rank-copies", type=int, default=4, help="how many times each rank's trace is grown")
     args = parser.parse_args()
+    args.trace = args.trace or DEFAULT_TRACES
     hta = _installed("hta")
     with tempfile.TemporaryDirectory(prefix="graphrt-bench-trace-") as tmp:
-        rows = _files(args, Path(tmp), hta)
+        rows = [row for source in args.trace for row in _files(args, source, Path(tmp), hta)]
         ranks = _rank_directory(args, Path(tmp), hta) if args.ranks > 1 else None
         help_s, _ = median_of([sys.executable, "-m", "graphrt", "--help"], 5)
         torch_s = median_of([sys.executable, "-c", "import torch"], 5)[0] if _installed("torch") else None
 
-    print(f"graphrt analyze on {args.trace.name} grown N times (python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs{'' if hta else '; Holistic Trace Analysis not installed'})\n")
-    header = ("N", "form", "events", "JSON MB", "analyze s", "MB/s", "peak RSS MiB", "RSS / file", "json.load s",
+    print(f"graphrt analyze on {', '.join(t.name for t in args.trace)} grown N times (python "
+          f"{sys.version.split()[0]}, {os.cpu_count()} CPUs{'' if hta else '; Holistic Trace Analysis not installed'})\n")
+    header = ("trace", "N", "form", "events", "JSON MB", "analyze s", "MB/s", "peak RSS MiB", "RSS / file", "json.load s",
               "json.load RSS MiB", "time / json.load", *(("HTA s", "time / HTA") if hta else ()))
     print(_table([header] + [
-        (f"{c}x", form, f"{ev:,}", f"{size / 1e6:,.0f}", f"{a_s:.2f}", f"{size / 1e6 / a_s:,.0f}",
+        (name, f"{c}x", form, f"{ev:,}", f"{size / 1e6:,.0f}", f"{a_s:.2f}", f"{size / 1e6 / a_s:,.0f}",
          f"{a_rss / 2**20:,.0f}", f"{a_rss / size:.2f}", f"{l_s:.2f}", f"{l_rss / 2**20:,.0f}", f"{a_s / l_s:.2f}",
          *((f"{h_s:.2f}", f"{a_s / h_s:.2f}") if hta else ()))
-        for c, form, ev, size, a_s, a_rss, l_s, l_rss, h_s in rows]))
-    plain = {c: (ev, a_rss) for c, form, ev, _, _, a_rss, *_ in rows if form == "plain"}
-    for c in sorted(plain):
-        if 4 * c in plain:
-            (ev, rss), (ev4, rss4) = plain[c], plain[4 * c]
-            print(f"\nheld per event: {4 * c}x adds {(rss4 - rss) / 2**20:,.0f} MiB of peak RSS to {c}x for "
+        for name, c, form, ev, size, a_s, a_rss, l_s, l_rss, h_s in rows]))
+    plain = {(name, c): (ev, a_rss) for name, c, form, ev, _, _, a_rss, *_ in rows if form == "plain"}
+    for name, c in sorted(plain):
+        if (name, 4 * c) in plain:
+            (ev, rss), (ev4, rss4) = plain[name, c], plain[name, 4 * c]
+            print(f"\nheld per event, {name}: {4 * c}x adds {(rss4 - rss) / 2**20:,.0f} MiB of peak RSS to {c}x for "
                   f"{ev4 - ev:,} events: {(rss4 - rss) / (ev4 - ev):.0f} bytes an event")
     if ranks:
         size, one_by_one, at_once, hta_s = ranks

@@ -9,7 +9,7 @@ import math
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from graphrt.trace.read.chrome_batch import add_batch
-from graphrt.trace.read.chrome_events import MODULE_FRAME, Args, Event, add_event
+from graphrt.trace.read.chrome_events import MODULE_FRAME, TABLE_OF, Args, Event, Into, add_event
 from graphrt.trace.read.events import Trace
 
 RUNNER = "vllm/v1/worker/gpu_model_runner.py(3380): execute_model"
@@ -86,3 +86,19 @@ def test_one_string_is_kept_for_each_distinct_name():
     assert add_batch(trace, events, {}, {})
     first, *rest = trace.cpu_ops.strings("name")
     assert all(name is first for name in rest) and len({id(e.name) for e in events}) == 3
+
+
+def test_each_table_the_reader_fills_has_a_number_no_other_table_has():
+    # an Into given another's number would become its alias: two tables read as one
+    assert len(Into.__members__) == len({int(into) for into in Into.__members__.values()})
+    assert set(TABLE_OF.values()) | {Into.NONE, Into.FRAME} == set(Into)
+
+
+def test_a_module_s_frame_and_a_runner_s_step_go_to_frames_and_ranges_never_to_each_other():
+    events = [Event("X", name=f"{MODULE_FRAME}Qwen2MLP_0", cat="python_function", ts=1, dur=1, pid=1, tid=1),
+              Event("X", name=RUNNER, cat="python_function", ts=2, dur=1, pid=1, tid=1),
+              Event("X", name="decode_step[eager]", cat="user_annotation", ts=3, dur=1, pid=1, tid=1)]
+    trace = Trace("t", "chrome")
+    assert add_batch(trace, events, {}, {})
+    assert [(r.name, r.domain) for r in trace.frames] == [(f"{MODULE_FRAME}Qwen2MLP_0", "python")]
+    assert [(r.name, r.domain) for r in trace.ranges] == [(RUNNER, "python"), ("decode_step[eager]", "")]

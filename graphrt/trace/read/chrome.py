@@ -33,7 +33,7 @@ from typing import Any
 
 from graphrt.errors import GraphrtError, cut
 from graphrt.trace.read.chrome_batch import add_batch
-from graphrt.trace.read.chrome_events import Event, UnusableField, add_event
+from graphrt.trace.read.chrome_events import Event, Into, UnusableField, add_event
 from graphrt.trace.read.events import Progress, Trace, link_launches
 from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 
@@ -47,7 +47,7 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
     path = Path(path)
     trace = Trace(source=str(path), kind="chrome")
     names: dict[str, str] = {}  # each distinct name once
-    kinds: dict[str | None, int] = {}  # what each python function is kept as, by name
+    kinds: dict[str | None, Into] = {}  # where each python function goes, by name
     found: dict[str, Any] = {}
     for first, batch in stream_events(path, Event, progress, found):
         if add_batch(trace, batch, names, kinds):

@@ -16,25 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from graphrt.trace.read.chrome_events import (API, FRAME, GRAPH_ID_BOUND, KERNEL, NO_ARGS, OP, PYTHON, RANGE,
-                                              RUNNER, TABLE_OF, Event, UnusableField, python_kind,
-                                              thread)
+from graphrt.trace.read.chrome_events import (GRAPH_ID_BOUND, NO_ARGS, TABLE_OF, Event, Into, UnusableField,
+                                              python_kind, thread)
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
 _INT64 = np.dtype(np.int64)
 _EXACT = float(2**53)  # below it a float holds every integer: an int read as one is exact
-_FRAME = 6  # the table of a module's frames (Trace.frames), beside chrome_events' tables
 
 
 class _Irregular(Exception):
     """A field of the batch has a shape `add_event` must read event by event."""
 
 
-def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: dict[str | None, int]) -> bool:
+def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: dict[str | None, Into]) -> bool:
     """Put the batch's complete events into the trace's columns and return True; or return False,
     having put nothing in, where a field has a shape other than the usual. `names` interns each
-    distinct name; `kinds` is each python function's `python_kind`, by name (0 for none)."""
+    distinct name; `kinds` is each python function's `python_kind`, by name."""
     try:
         columns = _columns(trace, [e for e in batch if e.ph == "X"], names, kinds)
     except _Irregular:
@@ -45,7 +43,7 @@ def add_batch(trace: Trace, batch: list[Event], names: dict[str, str], kinds: di
 
 
 def _columns(trace: Trace, complete: list[Event], names: dict[str, str],
-             kinds: dict[str | None, int]) -> list[tuple[Table, dict[str, Any]]]:
+             kinds: dict[str | None, Into]) -> list[tuple[Table, dict[str, Any]]]:
     """Each table's new rows as columns, in the order of the file."""
     if not complete:
         return []
@@ -55,41 +53,40 @@ def _columns(trace: Trace, complete: list[Event], names: dict[str, str],
     if np.any(length < 0):
         raise _Irregular  # the event-by-event rules refuse a negative duration by its event
     end = start + length
-    category = np.fromiter(map(TABLE_OF.get, [e.cat for e in complete], repeat(0)), np.int8, len(complete))
+    category = np.fromiter(map(TABLE_OF.get, [e.cat for e in complete], repeat(Into.NONE)), np.int8, len(complete))
     table = _python_kept(category, complete, kinds)
     out = []
-    for code in (RANGE, _FRAME, OP, API, KERNEL):
-        rows = np.flatnonzero(table == code)
+    for into in (Into.RANGE, Into.FRAME, Into.OP, Into.API, Into.KERNEL):
+        rows = np.flatnonzero(table == into)
         if not len(rows):
             continue
         events = [complete[i] for i in rows.tolist()]
         times = {"start_ns": start[rows], "end_ns": end[rows]}
-        if code == KERNEL:
+        if into == Into.KERNEL:
             out.append((trace.kernels, _kernels(events, times, names)))
-        elif code == API:
+        elif into == Into.API:
             out += _api_calls(trace, events, times, names)
         else:
             fields = {**times, **_threads(events), "name": _interned([e.name for e in events], names)}
-            if code == OP:
+            if into == Into.OP:
                 out.append((trace.cpu_ops, fields))
             else:  # a range: a record_function's, or a python function's
-                domains = ["" if c == RANGE else PYTHON_DOMAIN for c in category[rows].tolist()]
-                out.append((trace.ranges if code == RANGE else trace.frames, {**fields, "domain": domains}))
+                domains = ["" if c == Into.RANGE else PYTHON_DOMAIN for c in category[rows].tolist()]
+                out.append((trace.ranges if into == Into.RANGE else trace.frames, {**fields, "domain": domains}))
     return out
 
 
-def _python_kept(category: np.ndarray, complete: list[Event], kinds: dict[str | None, int]) -> np.ndarray:
-    """The table of each event: its category's, where a python function's is RANGE (a model
-    runner's step), _FRAME (a module's call) or none (0)."""
+def _python_kept(category: np.ndarray, complete: list[Event], kinds: dict[str | None, Into]) -> np.ndarray:
+    """The table of each event (an `Into`): its category's, where a python function's is the
+    one its name says (`python_kind`)."""
     table = category.copy()
-    rows = np.flatnonzero(category == PYTHON)
+    rows = np.flatnonzero(category == Into.PYTHON)
     names = [complete[i].name for i in rows.tolist()]
     found = list(map(kinds.get, names))
     if None in found:  # names not seen before: each told once
-        kinds.update((name, python_kind(name) if name is not None else 0) for name in set(names) - kinds.keys())
+        kinds.update((name, python_kind(name) if name is not None else Into.NONE) for name in set(names) - kinds.keys())
         found = list(map(kinds.get, names))
-    kind_of = np.array(found, dtype=np.int8)
-    table[rows] = np.select([kind_of == RUNNER, kind_of == FRAME], [RANGE, _FRAME], 0)
+    table[rows] = np.array(found, dtype=np.int8)
     return table
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from enum import IntEnum, unique
 from typing import Any
 
 import msgspec
@@ -18,11 +19,24 @@ from graphrt.engines.registry import ENGINES
 from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
 MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
+
+
+@unique
+class Into(IntEnum):
+    """Where a complete event goes, one number per table (a column of these is a numpy int8)."""
+
+    NONE = 0  # no table: a category graphrt does not read, or a python function it does not keep
+    RANGE = 1  # Trace.ranges: a record_function's range, or a model runner's step function
+    PYTHON = 2  # a python function: which table (FRAME, RANGE or NONE) its name says (python_kind)
+    OP = 3  # Trace.cpu_ops
+    API = 4  # Trace.api_calls
+    KERNEL = 5  # Trace.kernels
+    FRAME = 6  # Trace.frames: a module's call
+
+
 # the table each category of complete event goes into
-RANGE, PYTHON, OP, API, KERNEL = 1, 2, 3, 4, 5
-TABLE_OF = {"user_annotation": RANGE, "python_function": PYTHON, "cpu_op": OP, "cuda_runtime": API,
-            "cuda_driver": API, "kernel": KERNEL}
-FRAME, RUNNER = 1, 2  # what a python function is kept as: a module's frame, a runner's step
+TABLE_OF = {"user_annotation": Into.RANGE, "python_function": Into.PYTHON, "cpu_op": Into.OP,
+            "cuda_runtime": Into.API, "cuda_driver": Into.API, "kernel": Into.KERNEL}
 _RUNNER_FUNCTIONS = tuple(engine.runner_function for engine in ENGINES if engine.runner_function is not None)
 
 Number = int | float | str  # what a file may hold where a number belongs
@@ -134,9 +148,9 @@ def is_runner_function(name: str) -> bool:
     return any(runner(name) for runner in _RUNNER_FUNCTIONS)
 
 
-def python_kind(name: str) -> int:
-    """What a python function is kept as: FRAME, RUNNER, or 0 (not kept)."""
-    return FRAME if name.startswith(MODULE_FRAME) else RUNNER if is_runner_function(name) else 0
+def python_kind(name: str) -> Into:
+    """Where a python function goes: FRAME (a module's call), RANGE (a runner's step) or NONE."""
+    return Into.FRAME if name.startswith(MODULE_FRAME) else Into.RANGE if is_runner_function(name) else Into.NONE
 
 
 def add_event(trace: Trace, e: Event, names: dict[str, str]) -> None:
@@ -155,18 +169,18 @@ def add_event(trace: Trace, e: Event, names: dict[str, str]) -> None:
     table = TABLE_OF.get(e.cat)  # type: ignore[arg-type]: an event without a category is in none
     if table is None:
         return
-    if table == PYTHON:
+    if table == Into.PYTHON:
         if e.name is not None and (kind := python_kind(e.name)):
-            (trace.frames if kind == FRAME else trace.ranges).append(
+            (trace.frames if kind == Into.FRAME else trace.ranges).append(
                 names.setdefault(e.name, e.name), start, end, thread(e.pid, "pid"), thread(e.tid), PYTHON_DOMAIN)
         return
     name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
     args = e.args or NO_ARGS
-    if table == OP:
+    if table == Into.OP:
         trace.cpu_ops.append(name, start, end, thread(e.pid, "pid"), thread(e.tid))
-    elif table == RANGE:
+    elif table == Into.RANGE:
         trace.ranges.append(name, start, end, thread(e.pid, "pid"), thread(e.tid), "")
-    elif table == API:
+    elif table == Into.API:
         if args.correlation is not None:
             kernel = names.setdefault(args.kernel, args.kernel) if args.kernel else ""
             trace.api_calls.append(name, start, end, thread(e.pid, "pid"), thread(e.tid),

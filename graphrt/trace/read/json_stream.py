@@ -7,9 +7,11 @@ The document around the event list is read by graphrt.trace.read.json_document. 
 is read CHUNK bytes at a time into one buffer and cut into batches at an event's closing brace,
 each decoded by msgspec, in place, into the caller's `Struct` (which names only the fields it
 needs: msgspec skips the rest without making them). A cut is only tried at a `}` followed by `,`
-or `]`. One inside an event (a nested object followed by another) fails to decode where the
-batch ends, one past the list's end with trailing characters, and an earlier one is tried; a
-batch that fails anywhere else is broken there. Where no cut decodes (an event longer than the
+or `]`. One inside an event (a nested object followed by another) fails to decode at the cut or
+runs out of input there, one past the list's end fails after the list has closed, and an earlier
+one is tried; a batch that fails anywhere else is broken there. Where a decode fails is found
+from msgspec's errors by their types and positions, not their wording
+(graphrt.trace.read.stream_breaks). Where no cut decodes (an event longer than the
 buffer), more bytes are read, and tried once the buffer has doubled: an event of n bytes costs
 O(n) whatever is inside it, and one of more than HELD_MAX bytes is refused.
 
@@ -27,22 +29,19 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import msgspec
 
 from graphrt.errors import GraphrtError
 from graphrt.trace.read.events import Progress
-from graphrt.trace.read.json_document import (HELD_MAX, NOT_A_TRACE, TOO_DEEP, ListStart, first_to_fail,
-                                              head_and_tail, parse, too_deep)
+from graphrt.trace.read.json_document import HELD_MAX, NOT_A_TRACE, TOO_DEEP, ListStart, head_and_tail, parse
+from graphrt.trace.read.stream_breaks import break_at, event_at, ran_out, value_up_to, wrong_field
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20  # bytes per read, and about per decoded batch (~4k kineto events)
 _CUT_TRIES = 8  # cuts tried, latest first, before more bytes are read
 _BLANKS = re.compile(rb"[ \t\r\n]*")
-_AT_BYTE = re.compile(r"\(byte (\d+)\)")
-_AT_EVENT = re.compile(r"at `\$\[(\d+)\](.*)`$")  # at `$[12]`, or at `$[12].args.stream`
-_CUT_SHORT = "Input data was truncated"  # msgspec's words where the input ends inside a value
 _WORD = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-\\"  # a number's, a literal's, an escape's
 LACKS_A_FIELD = "a Chrome-trace event lacks a usable field"
 EXPECTED_FIELDS = "expected name, ts and dur on every complete ('X') event"
@@ -135,6 +134,7 @@ class _Pending:
 
     def __init__(self, path: Path, decoder: msgspec.json.Decoder, buf: bytearray, base: int) -> None:
         self.path, self.decoder, self.buf, self.base, self.first = path, decoder, buf, base, 0
+        self.ran_out = ran_out(decoder.decode)  # what the decoder says where its input ends
 
     def decode(self, end: int) -> list:
         """The events of buf[1:end], a `]` put at `end` while msgspec reads them in place."""
@@ -145,6 +145,11 @@ class _Pending:
                 return self.decoder.decode(events)
         finally:
             buf[end] = kept
+
+    def _decode_prefix(self, n: int) -> list:
+        """The first n bytes of the buffer decoded as they stand (unclosed, they break)."""
+        with memoryview(self.buf) as view, view[:n] as part:
+            return self.decoder.decode(part)
 
     def batch(self) -> list | None:
         """The events up to the latest cut that decodes, taken out of the buffer; None where no
@@ -168,23 +173,30 @@ class _Pending:
         inside an event or past the list's end; GraphrtError where they break before `end`."""
         try:
             return self.decode(end), end
-        except (msgspec.MsgspecError, RecursionError) as e:
-            if self._breaks_before(e, end):
-                raise self._refusal(e, end) from None
-            at = _AT_BYTE.search(str(e))
-            return None, min(end - 1, int(at.group(1)) - 1) if at else end - 1
+        except (msgspec.MsgspecError, RecursionError) as error:
+            at = self._break_at(error, end)
+            if at < end and not self._list_ends_before(at):
+                raise self._refusal(error, at) from None
+            return None, min(end, at) - 1
 
-    @staticmethod
-    def _breaks_before(error: Exception, end: int) -> bool:
-        """Whether decoding up to `end` failed because the events before it break, not because
-        `end` falls inside an event (the decoder stops where `end` is, or at a string or number
-        left open) or past the list's end (trailing characters)."""
-        if not isinstance(error, msgspec.DecodeError):
-            return True  # a wrong field in a whole event, or nesting too deep
-        message = str(error)
-        if (at := _AT_BYTE.search(message)) is None:
-            return message != _CUT_SHORT  # a closed string that is not UTF-8, say
-        return int(at.group(1)) < end and "trailing characters" not in message
+    def _break_at(self, error: Exception, end: int) -> int:
+        """The byte where decoding buf[1:end] (a `]` put at `end`) breaks as `error` says: before
+        `end` where the events there break; `end` or past it where the cut is the cause (it falls
+        inside an event, or the input runs out there)."""
+        kept, self.buf[end] = self.buf[end], _CLOSE
+        try:
+            return break_at(error, self._decode_prefix, end + 1, self.ran_out)
+        finally:
+            self.buf[end] = kept
+
+    def _list_ends_before(self, at: int) -> bool:
+        """Whether the event list closes before byte `at` (a cut past its end: what follows it is
+        the document's, not an event's)."""
+        try:
+            self._decode_prefix(at)
+        except (msgspec.MsgspecError, RecursionError):
+            return False
+        return True
 
     def ended(self) -> bool:
         """Whether the list's `]` is all that is left of it, blanks aside (dropped)."""
@@ -199,36 +211,19 @@ class _Pending:
         self.base += n
         self.buf[0] = _OPEN
 
-    def _events_before(self, at: int) -> int:
-        """The index of the event byte `at` of the buffer is in: those of the latest cut before
-        it that decodes (a few tries; else the buffer's first)."""
-        cut = at
-        for _ in range(_CUT_TRIES):
-            if (cut := _next_cut(self.buf, cut)) <= 1:
-                break
-            try:
-                return self.first + len(self.decode(cut))
-            except (msgspec.MsgspecError, RecursionError):
-                cut -= 1
-        return self.first
-
-    def _refusal(self, error: Exception, end: int) -> GraphrtError:
-        """One line for events that break before `end`: the event, and the byte where it breaks
-        (where msgspec does not say, the shortest prefix that fails so)."""
-        message, path = str(error), self.path
-        if (at := _AT_EVENT.search(message)) is not None:  # a field of the right shape, or an event, is not
-            what, where = message.split(" - at ")[0], f"traceEvents[{self.first + int(at.group(1))}]{at.group(2)}"
-            if at.group(2):  # a field of the event
-                return GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}: {what}); {EXPECTED_FIELDS}")
+    def _refusal(self, error: Exception, at: int) -> GraphrtError:
+        """One line for events that break at byte `at`: the event, and the byte or the field."""
+        index, start = event_at(self.buf, at)
+        where, path = f"traceEvents[{self.first + index}]", self.path
+        if isinstance(error, msgspec.ValidationError):  # well-formed, but not what an event holds
+            event = value_up_to(self.buf, start, at)
+            field, what = wrong_field(event, get_args(self.decoder.type)[0]) if event is not None else ("", str(error))
+            if field:
+                return GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}{field}: {what}); {EXPECTED_FIELDS}")
             return GraphrtError(f"{path}: {NOT_A_TRACE} ({where}: {what})")
-        if (at := _AT_BYTE.search(message)) is not None:
-            byte, what = int(at.group(1)), _AT_BYTE.sub("", message).strip()
-        elif too_deep(error):
-            byte, what = first_to_fail(self.decode, end, too_deep), TOO_DEEP
-        else:
-            byte, what = first_to_fail(self.decode, end, lambda e: str(e) == message), message
-        return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {self.base + byte:,}, in "
-                            f"traceEvents[{self._events_before(byte)}]: {what})")
+        # msgspec's own account of a malformed byte, less where it says it is (this line says that)
+        what = TOO_DEEP if isinstance(error, RecursionError) else str(error).removesuffix(f" (byte {at})")
+        return GraphrtError(f"{path}: not a readable Chrome-trace JSON (at byte {self.base + at:,}, in {where}: {what})")
 
     def last_batch(self) -> list:
         """The events left at the end of the file, up to its last `]`: the list's end, or the
