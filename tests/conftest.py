@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,10 +91,12 @@ RECORDINGS = {"tiny_torch_recording", "tiny_tp2_traces"}
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that starts processes (marked `processes`, or using a recording) is slow too:
-    `-m "not slow"` is the inner loop, without ranks, recordings or fresh interpreters."""
+    """A test that starts processes (marked `processes`, run under `nsys`, or using a recording)
+    is slow too: `-m "not slow"` is the inner loop, without ranks, recordings or fresh interpreters.
+    (`make mutate` leaves out `processes`, not `slow`: a test slow in-process still kills mutants.)"""
     for item in items:
-        if item.get_closest_marker("processes") is None and not RECORDINGS.isdisjoint(item.fixturenames):
+        starts = item.get_closest_marker("nsys") is not None or not RECORDINGS.isdisjoint(item.fixturenames)
+        if item.get_closest_marker("processes") is None and starts:
             item.add_marker(pytest.mark.processes)
         if item.get_closest_marker("processes") is not None:
             item.add_marker(pytest.mark.slow)
@@ -178,22 +183,46 @@ TP2_STEPS, TP2_WARMUP = 6, 2
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """The directory `name`, filled by `make` once for the whole test run: by the first pytest
+    process to ask for it (one of `pytest -n`'s workers, or the only process), while the others
+    wait on its lock and then share it. `make` writes in place, so the paths it prints stay true;
+    a directory whose `make` failed is made again by the next to ask."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's own directory, above each worker's
+    directory, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            done.touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def tiny_torch_recording(tmp_path_factory) -> tuple[Path, str]:
     """`graphrt trace --profiler torch` of tiny, both modes (eager and graph), recorded once per
     test run: the directory it made and what it printed."""
-    from graphrt.cli.main import main
 
-    out = tmp_path_factory.mktemp("tiny-torch-traces")
-    # One thread per recording process: on a loaded machine OpenMP's threads wait on preempted
-    # siblings (seen: tiny's packed gate/up matmul at 8.6 ms a call, the eager step at 49 ms, over
-    # 100x the replay's), and the replay shrank to a sliver of the step picture's shared time axis.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("OMP_NUM_THREADS", "1")
-        result = CliRunner().invoke(main, ["trace", "--profiler", "torch", *TINY_TRACE_ARGS, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    (directory,) = out.iterdir()  # and no scratch directory left beside it
-    return directory, result.output
+    def record(out: Path) -> None:
+        from graphrt.cli.main import main
+
+        # One thread per recording process: on a loaded machine OpenMP's threads wait on preempted
+        # siblings (seen: tiny's packed gate/up matmul at 8.6 ms a call, the eager step at 49 ms, over
+        # 100x the replay's), and the replay shrank to a sliver of the step picture's shared time axis.
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("OMP_NUM_THREADS", "1")
+            result = CliRunner().invoke(main, ["trace", "--profiler", "torch", *TINY_TRACE_ARGS,
+                                               "--out", str(out / "traces")])
+        assert result.exit_code == 0, result.output
+        (out / "printed.txt").write_text(result.output)
+
+    made = made_once(tmp_path_factory, "tiny-torch-traces", record)
+    (directory,) = (made / "traces").iterdir()  # and no scratch directory left beside it
+    return directory, (made / "printed.txt").read_text()
 
 
 @pytest.fixture(scope="session")
@@ -207,15 +236,17 @@ def tiny_tp2_traces(tmp_path_factory) -> Path:
     """One real two-rank recording (gloo, CPU, torch.profiler) of `graphrt trace --tp 2`, made
     once per test run: the directory holding rank0/ and rank1/. A command of its own, since
     `--tp` starts the ranks by running its command line again."""
-    out = tmp_path_factory.mktemp("tp2-traces")
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "graphrt", "trace", "--model", "tiny", "--tp", "2", "--profiler", "torch",
-         "--steps", str(TP2_STEPS), "--warmup", str(TP2_WARMUP), "--out", str(out)],
-        env={**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "", "PYTHONFAULTHANDLER": "1"},
-        text=True, capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    (made,) = out.iterdir()
+
+    def record(out: Path) -> None:
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        done = subprocess.run(
+            [sys.executable, "-m", "graphrt", "trace", "--model", "tiny", "--tp", "2", "--profiler", "torch",
+             "--steps", str(TP2_STEPS), "--warmup", str(TP2_WARMUP), "--out", str(out)],
+            env={**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": "", "PYTHONFAULTHANDLER": "1"},
+            text=True, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+    (made,) = made_once(tmp_path_factory, "tp2-traces", record).iterdir()
     return made
 
 

@@ -50,6 +50,7 @@ threads = 1
 """
 
 
+@pytest.mark.slow
 def test_bench_counts_the_peers_timed_step_a_static_cache_step_after_the_prompt(tmp_path):
     from graphrt.bench.scenario import load_scenario
     from graphrt.bench.sweep import Sweep

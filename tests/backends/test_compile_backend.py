@@ -85,6 +85,7 @@ def test_a_whole_compile_run_timing_and_counting_compiles_the_step_once():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.inductor
 @pytest.mark.compiles
 def test_a_reduce_overhead_compile_that_skips_its_cuda_graphs_is_noted_and_one_that_keeps_them_is_not():

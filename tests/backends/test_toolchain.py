@@ -33,6 +33,7 @@ def test_a_compiler_named_besides_the_usual_ones_counts(monkeypatch, tmp_path):
     assert not any("C++ compiler" in m for m in missing_for_compile("cpu", also=("my-cxx",)))
 
 
+@pytest.mark.processes
 @pytest.mark.slow  # a pytest of its own
 def test_a_test_that_compiles_is_skipped_with_the_reason_on_a_machine_without_a_compiler():
     test = "tests/backends/test_compile_backend.py::test_a_whole_compile_run_timing_and_counting_compiles_the_step_once"

@@ -130,6 +130,7 @@ def test_compare_refuses_a_file_that_is_not_a_result(tmp_path, cli):
     assert result.stderr.strip() == f"error: {bogus}: not a graphrt bench result (expected format 'graphrt-bench/1')"
 
 
+@pytest.mark.slow
 def test_an_interrupt_keeps_the_finished_points_and_says_where(tmp_path):
     path = tmp_path / "long.toml"
     path.write_text(LONG_SWEEP)
@@ -159,6 +160,7 @@ peer = false
 """
 
 
+@pytest.mark.slow
 def test_every_point_is_timed_before_any_point_is_counted(tmp_path):
     # counting opens a profiler session on CUDA, and CUPTI stays attached after it, taxing every
     # later eager launch: no point may be timed once one is counted (each timed decode begins
@@ -180,6 +182,7 @@ def test_every_point_is_timed_before_any_point_is_counted(tmp_path):
     assert len(heard) == sweep.total and heard[-1] == "tiny batch 3 context 16: counting launches"
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_while_counting_keeps_its_timed_points_with_launches_unknown(tmp_path):
     path = tmp_path / "short.toml"
     path.write_text(SHORT_SWEEP)
@@ -200,6 +203,7 @@ def _points_saved(out, earlier) -> int:
     return len(json.loads(written[0].read_text())["points"]) if written else 0
 
 
+@pytest.mark.processes
 @pytest.mark.slow  # a benchmark sweep of its own, or the shared baseline's
 def test_sigint_mid_sweep_leaves_earlier_files_and_writes_a_partial_result(tmp_path):
     scenario = tmp_path / "long.toml"

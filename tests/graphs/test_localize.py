@@ -314,6 +314,7 @@ def test_a_clean_step_of_every_preset_localizes_to_no_difference(preset, mode):
     assert where.describe().startswith("localized: no difference: every probe ")
 
 
+@pytest.mark.slow
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_decodes(max_layers=3))
 def test_a_clean_step_localizes_to_no_difference_for_random_configs(case):

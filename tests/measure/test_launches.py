@@ -71,6 +71,7 @@ def test_a_step_that_cannot_be_counted_on_the_cpu_still_runs():
 TORCH_DATA = Path(__file__).parents[1] / "data" / "torch"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["hta-a100-alexnet-eager.json.gz", "hta-v100-graph-launches.json.gz"])
 def test_copy_calls_are_the_host_calls_whose_work_on_the_gpu_is_a_copy_or_a_fill(fixture):
     # Real GPU traces: what a call put on the GPU is the GPU-side events with its correlation id,

@@ -143,6 +143,7 @@ def test_the_check_replays_each_step_its_plan_holds_through_the_plans_own_graphs
     assert done.measured_bytes == GraphBackend(slowed_tiny, plan, lint=False).prepare(4).memory_bytes
 
 
+@pytest.mark.slow
 def test_the_check_runs_a_batch_above_its_plan_eagerly(slowed_tiny):
     done = check(slowed_tiny, _figures(4), (2,), 0, {4: 3}, steps=3, position=4)
     assert done.steps == 3

@@ -127,6 +127,7 @@ def test_a_bad_engine_setting_is_refused_before_anything_runs(tmp_path):
                                      "expected a positive integer")
 
 
+@pytest.mark.slow
 def test_measurements_of_another_model_are_refused(planned):
     where, _, _ = planned
     result = CliRunner().invoke(main, ["plan", "--model", "qwen2-0.5b", "--traffic", str(where / "traffic.json"),

@@ -128,6 +128,7 @@ def test_the_check_takes_transformers_from_its_wheels_only_where_the_one_there_i
     assert meets(str(blocked)) == 1
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_transformers_step_decodes_a_mistral_made_on_the_spot_and_the_summary_shows_it(tmp_path):
     # the step as gpu_check.sh runs it (its command line read from the script), on the CPU

@@ -99,6 +99,7 @@ def test_a_repeated_correlation_id_links_each_kernel_to_the_last_call_that_began
                         "before_any_call": None}
 
 
+@pytest.mark.slow
 def test_real_kernels_keep_the_time_device_stream_and_correlation_the_file_gives(tmp_path):
     raw = [e for e in json.loads(gzip.decompress(V100.read_bytes()))["traceEvents"]
            if e.get("ph") == "X" and e.get("cat") == "kernel"]

@@ -215,6 +215,7 @@ def _in_pieces(doc: dict, launch: dict) -> None:
         kernel["args"] = {**kernel["args"], "correlation": second}
 
 
+@pytest.mark.slow
 def test_a_decode_step_that_ran_eagerly_among_replays_is_named_with_its_batch(tmp_path):
     doc = as_decode_steps([8, 8, 17, 8, 8, 8], eager=2)
     code, text, _, figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))
@@ -230,6 +231,7 @@ def test_a_decode_step_that_ran_eagerly_among_replays_is_named_with_its_batch(tm
         ("decode", "graph", 8, 5), ("decode", "eager", 17, 1)]
 
 
+@pytest.mark.slow
 def test_the_ledger_and_the_fallback_list_batches_smallest_first_and_unstated_last(tmp_path):
     doc = as_decode_steps([16, "decode_step[eager]", 17, 3, 8, 2], eager={1, 2, 3})
     _, text, _, figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))
@@ -240,11 +242,13 @@ def test_the_ledger_and_the_fallback_list_batches_smallest_first_and_unstated_la
     assert "ran eagerly (batch 3: 1 step, 17: 1 step, ?: 1 step) while 3 decode steps replayed" in text
 
 
+@pytest.mark.slow
 def test_without_the_planted_step_no_fallback_is_named(tmp_path):
     code, text, _, figures = analyze(tmp_path, _save(as_decode_steps([8] * 6), tmp_path / "decode.json.gz"))
     assert code == 0 and "silent fallback" not in text and figures["traces"][0]["fallback"] is None
 
 
+@pytest.mark.slow
 def test_fail_on_eager_decode_exits_non_zero_naming_the_eager_steps(tmp_path):
     planted = _save(as_decode_steps([8, 8, 17, 8, 8, 8], eager=2), tmp_path / "planted" / "decode.json.gz")
     code, _, err, _ = analyze(tmp_path, planted, "--fail-on-eager-decode")
@@ -258,6 +262,7 @@ def test_fail_on_eager_decode_refuses_to_pass_traces_it_cannot_tell_about(tmp_pa
     assert code == 1 and "cannot tell whether decode ran without graphs" in err
 
 
+@pytest.mark.slow
 def test_an_eager_step_is_set_against_the_replays_of_its_own_batch(tmp_path):
     doc = as_decode_steps([8] * 6, eager=2)
     _, text, _, figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))
@@ -270,6 +275,7 @@ def test_an_eager_step_is_set_against_the_replays_of_its_own_batch(tmp_path):
     assert "decode bs=8 (graph) against decode bs=8 (eager) (median per step)" in text
 
 
+@pytest.mark.slow
 def test_an_eager_step_is_set_against_the_pieces_of_its_own_batch_too(tmp_path):
     doc = as_decode_steps([8] * 6, eager=0, pieces={3})
     figures = analyze(tmp_path, _save(doc, tmp_path / "decode.json.gz"))[3]
@@ -279,6 +285,7 @@ def test_an_eager_step_is_set_against_the_pieces_of_its_own_batch_too(tmp_path):
         ("decode bs=8 (eager)", "decode bs=8 (graph)"), ("decode bs=8 (eager)", "decode bs=8 (piecewise)")]
 
 
+@pytest.mark.slow
 def test_eager_steps_of_one_trace_are_set_against_replays_of_their_batch_in_another(tmp_path):
     eager = _save(as_decode_steps([8] * 6, eager=set(range(6))), tmp_path / "eager" / "fallback.json.gz")
     graph = _save(as_decode_steps([8] * 6), tmp_path / "graph" / "replayed.json.gz")
@@ -287,6 +294,7 @@ def test_eager_steps_of_one_trace_are_set_against_replays_of_their_batch_in_anot
         ("fallback.json.gz: decode bs=8 (eager)", "replayed.json.gz: decode bs=8 (graph)")]
 
 
+@pytest.mark.slow
 def test_an_engine_marker_inside_a_profiler_step_makes_the_step_and_keeps_to_its_thread(tmp_path):
     doc = _load(V100)
     for step in _profiler_steps(doc):  # SGLang's marker round the main thread's work of each step
@@ -298,6 +306,7 @@ def test_an_engine_marker_inside_a_profiler_step_makes_the_step_and_keeps_to_its
     assert [_figures(s) for s in trace["steps"]] == [_figures(s) for s in raw_steps(doc)]
 
 
+@pytest.mark.slow
 def test_a_directory_of_rank_files_shows_the_ranks_side_by_side(tmp_path):
     for rank in (0, 1):
         doc = as_decode_steps([8] * 6)
@@ -369,6 +378,7 @@ def test_tensorrt_llms_nvtx_step_ranges_make_its_steps_in_an_nsight_systems_trac
     assert code == 1 and "cannot tell whether decode ran without graphs" in err
 
 
+@pytest.mark.slow
 def test_steps_caps_the_step_list_and_zero_leaves_the_ledger_alone(tmp_path):
     path = _save(as_decode_steps([8] * 6), tmp_path / "decode.json.gz")
     _, two, _, figures = analyze(tmp_path, path, "--steps", "2")

@@ -170,6 +170,8 @@ out = pathlib.Path(sys.argv[sys.argv.index("-o") + 1])
     ("sys.exit(0)", r"{report}: nsys export failed \(exit status 0\)$"),  # said it worked, wrote nothing
     ("time.sleep(20)", r"nsys export did not finish within 2 s and was killed"),  # hung: killed at the limit
 ], ids=["failed", "no-output", "hung"])
+@pytest.mark.processes
+@pytest.mark.slow
 def test_a_failed_export_is_refused_and_leaves_no_sqlite_behind(tmp_path, monkeypatch, action, said):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -306,6 +306,8 @@ if sys.argv[1] == "hang":
 """
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_timeout_kills_everything_the_command_started(tmp_path):
     script = tmp_path / "fake_nsys.py"
@@ -320,6 +322,7 @@ def test_a_timeout_kills_everything_the_command_started(tmp_path):
     assert _gone(app) and _gone(agent)
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_an_agent_left_after_a_finished_run_is_killed(tmp_path):
     script = tmp_path / "fake_nsys.py"

@@ -45,6 +45,7 @@ def test_batches_cut_at_any_size_read_as_the_whole_file_does(tmp_path, monkeypat
         assert _rows(load_trace(path)) == _rows(whole), chunk
 
 
+@pytest.mark.slow
 def test_a_trace_grown_from_a_real_one_gives_the_same_steps(tmp_path):
     grown = tmp_path / "grown.json"
     GROW(V100, 3, grown)
