@@ -190,3 +190,13 @@ def test_a_module_s_frame_and_a_runner_s_step_go_to_frames_and_ranges_never_to_e
     add_batch(trace, events, {}, {})
     assert [(r.name, r.domain) for r in trace.frames] == [(f"{MODULE_FRAME}Qwen2MLP_0", "python")]
     assert [(r.name, r.domain) for r in trace.ranges] == [(RUNNER, "python"), ("decode_step[eager]", "")]
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("dur", 8 * 10**15, "ts 8000000000000000 and dur 8000000000000000 µs end past 64 bits"),  # each below 2**53
+    ("args.graph id", -(2**63), f"graph id {-(2**63)} does not fit a toolsId")])  # |-2**63| is no int64
+def test_values_each_usual_whose_figure_passes_64_bits_are_refused_never_wrapped(tmp_path, field, value, said):
+    event = {**_usual(0, "kernel"), "ts": 8 * 10**15}
+    _plant(event, field, value)
+    with pytest.raises(GraphrtError, match=rf"traceEvents\[0\] `e0`: {said}"):
+        read_chrome_trace(_write(tmp_path, [event]))
