@@ -22,8 +22,8 @@ timeline; they are not read, or every range would count twice.
 
 The file is read as a stream (graphrt.trace.read.json_stream): a batch of events at a time is decoded
 into `Event`s holding only these fields (graphrt.trace.read.chrome_events), whose figures go into
-the trace's columns a batch at once (graphrt.trace.read.chrome_batch), or event by event where a
-field has an unusual shape; no event outlives its batch.
+the trace's columns a batch at once (graphrt.trace.read.chrome_batch, a value of an unusual shape
+by its rule alone); no event outlives its batch.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from graphrt.errors import GraphrtError, cut
-from graphrt.trace.read.chrome_batch import add_batch
-from graphrt.trace.read.chrome_events import Event, Into, UnusableField, add_event
+from graphrt.trace.read.chrome_batch import Refused, add_batch
+from graphrt.trace.read.chrome_events import Event, Into, UnusableField
 from graphrt.trace.read.events import Progress, Trace, link_launches
 from graphrt.trace.read.json_stream import EXPECTED_FIELDS, GZIP_MAGIC, LACKS_A_FIELD, stream_events
 
@@ -50,19 +50,14 @@ def read_chrome_trace(path: str | Path, progress: Progress | None = None) -> Tra
     kinds: dict[str | None, Into] = {}  # where each python function goes, by name
     found: dict[str, Any] = {}
     for first, batch in stream_events(path, Event, progress, found):
-        if add_batch(trace, batch, names, kinds):
-            continue
-        for n, e in enumerate(batch):  # a field of an unusual shape: event by event, to say which
-            if e.ph != "X":
-                continue
-            try:
-                add_event(trace, e, names)
-            except UnusableField as error:  # it says what it expected
-                named = "" if e.name is None else f" `{cut(e.name, 60)}`"
-                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]{named}: {error})") from None
-            except (KeyError, TypeError, ValueError, OverflowError) as error:
-                raise GraphrtError(f"{path}: {LACKS_A_FIELD} (traceEvents[{first + n}]: {error!r}); "
-                                   f"{EXPECTED_FIELDS}") from None
+        try:
+            add_batch(trace, batch, names, kinds)
+        except Refused as refused:
+            where, name = f"traceEvents[{first + refused.row}]", batch[refused.row].name
+            if isinstance(refused.error, UnusableField):  # it says what it expected
+                named = "" if name is None else f" `{cut(name, 60)}`"
+                raise GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}{named}: {refused.error})") from None
+            raise GraphrtError(f"{path}: {LACKS_A_FIELD} ({where}: {refused.error!r}); {EXPECTED_FIELDS}") from None
     document = found["document"]  # what the file holds besides its events
     if isinstance(document, dict):
         if document.get("schemaVersion") is not None:

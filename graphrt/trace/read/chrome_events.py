@@ -1,9 +1,10 @@
 """What graphrt reads of one torch.profiler Chrome-trace event, and the rules that make it a row
 of a trace's tables (graphrt.trace.read.chrome says which category becomes which).
 
-`Event` names the fields graphrt reads; msgspec skips the others unread. `add_event` puts one
-event into a trace's columns, field by field, as these rules say; graphrt.trace.read.chrome_batch
-puts a whole batch in at once where its fields have the usual shapes, to the same effect.
+`Event` names the fields graphrt reads; msgspec skips the others unread. The rules here are each
+for one value (`span`, `whole`, `thread`, `graph_node`): graphrt.trace.read.chrome_batch puts a
+batch's events into a trace's columns with numpy, and takes a value of an unusual shape through
+its rule alone, which reads it or refuses it saying what was expected.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 import msgspec
 
 from graphrt.engines.registry import ENGINES
-from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
 MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
 
@@ -153,44 +153,18 @@ def python_kind(name: str) -> Into:
     return Into.FRAME if name.startswith(MODULE_FRAME) else Into.RANGE if is_runner_function(name) else Into.NONE
 
 
-def add_event(trace: Trace, e: Event, names: dict[str, str]) -> None:
-    """One complete event into the trace's columns (kernels with no launch yet). UnusableField
-    where a field holds what no profiler writes (a negative duration, a time or id past 64 bits, a
-    fraction for an id); KeyError, TypeError or ValueError where a field it needs is missing."""
-    ts, dur = e.ts, e.dur  # every complete event needs them, whatever its category
-    start = ts * 1000 if type(ts) is int else ns(ts if ts is not None else _missing("ts"))
-    length = dur * 1000 if type(dur) is int else ns(dur or 0)
-    if length < 0:  # a profiler's end is never before its start, on one clock
+def span(ts: Any, dur: Any) -> tuple[int, int]:
+    """A complete event's (start, end) in nanoseconds, from its `ts` and `dur` (none: 0) in
+    microseconds. KeyError("ts") where it has no start; UnusableField for a negative duration (a
+    profiler's end is never before its start, on one clock) or an end past 64 bits."""
+    start = ns(ts if ts is not None else _missing("ts"))
+    length = ns(dur or 0)
+    if length < 0:
         raise UnusableField(f"dur {shown(dur)} is negative: expected a duration of 0 µs or more")
     if not -INT64 <= start <= start + length < INT64:
         raise UnusableField(f"ts {shown(ts)} and dur {shown(dur)} µs end past 64 bits of nanoseconds: expected a "
                             "time on a profiler's clock")
-    end = start + length
-    table = TABLE_OF.get(e.cat)  # type: ignore[arg-type]: an event without a category is in none
-    if table is None:
-        return
-    if table == Into.PYTHON:
-        if e.name is not None and (kind := python_kind(e.name)):
-            (trace.frames if kind == Into.FRAME else trace.ranges).append(
-                names.setdefault(e.name, e.name), start, end, thread(e.pid, "pid"), thread(e.tid), PYTHON_DOMAIN)
-        return
-    name = names.setdefault(e.name, e.name) if e.name is not None else _missing("name")
-    args = e.args or NO_ARGS
-    if table == Into.OP:
-        trace.cpu_ops.append(name, start, end, thread(e.pid, "pid"), thread(e.tid))
-    elif table == Into.RANGE:
-        trace.ranges.append(name, start, end, thread(e.pid, "pid"), thread(e.tid), "")
-    elif table == Into.API:
-        if args.correlation is not None:
-            kernel = names.setdefault(args.kernel, args.kernel) if args.kernel else ""
-            trace.api_calls.append(name, start, end, thread(e.pid, "pid"), thread(e.tid),
-                                   whole(args.correlation, "args.correlation", "a launch's correlation id"), kernel)
-    else:
-        trace.kernels.append(name, start, end, whole(args.device or 0, "args.device", "a device's index"),
-                             None if args.stream is None else whole(args.stream, "args.stream", "a stream's id"),
-                             -1 if args.correlation is None else
-                             whole(args.correlation, "args.correlation", "a launch's correlation id"), None, None,
-                             graph_node(args))
+    return start, start + length
 
 
 def _missing(field: str) -> Any:
