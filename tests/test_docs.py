@@ -6,7 +6,9 @@ in it (`traces/<time>-qwen2-0.5b-both`) is the newest that matches. They run on 
 `qwen2-0.5b` reads `tiny`, a `graphrt run`, `trace` or `plan` that names no model gets `--model
 tiny`, and `./Qwen2-0.5B` is a tiny HF checkpoint with a tokenizer. A few run on less than shown
 (`SMALLER`, each with its reason). `make` commands run dry (`make -n`), and what they would run is
-run: `graphrt` as above, pytest collecting the tests it would run. A command CI runs through make
+run: `graphrt` as above, pytest collecting the tests it would run. A `graphrt` command runs in this
+interpreter, through click's runner, as in the other command tests; `python`, `torchrun` and a
+`graphrt --tp` (whose ranks run the command line it was started with) each run in a fresh one. A command CI runs through make
 (`.ci/run`) counts as run. A command whose comment says "GPU only" is left to the reader, as are
 those `NOT_RUN` names with the reason; one on fetched data (`tests/data/engines/`, or the shared fixtures' `engines/`) runs where it is.
 
@@ -24,10 +26,13 @@ import re
 import shlex
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import engine_traces
 import pytest
+import torch
+from click.testing import CliRunner
 from docs_pages import PAGES, ROOT, Example, examples, headings, json_fields, labelled_lines, links, table_headers
 
 
@@ -97,11 +102,16 @@ class Session:
         for name in ("scenarios", "scripts", "tests"):
             (cwd / name).symlink_to(ROOT / name)
 
-    def argv(self, words: list[str]) -> list[str]:
+    def here(self, words: list[str]) -> list[str]:
         """The words of a command as they run here (see the module's docstring)."""
         words = [self.resolve(w.replace("qwen2-0.5b", "tiny")) for w in words]
         if words[:1] == ["graphrt"] and words[1:2] and words[1] in PRESETS_THAT_MAKE_A_MODEL and "--model" not in words:
             words += ["--model", "tiny"]
+        return words
+
+    def argv(self, words: list[str]) -> list[str]:
+        """The command as a fresh process runs it."""
+        words = self.here(words)
         program = {"graphrt": [sys.executable, "-m", "graphrt"], "python": [sys.executable],
                    "torchrun": [sys.executable, "-m", "torch.distributed.run"]}.get(words[0], words[:1])
         return program + words[1:]
@@ -121,14 +131,38 @@ class Session:
     def run(self, command: str, where: str, data: Path | None = None) -> str:
         """Run a command shown; `data`, a folder its files are read from."""
         words = [str(data / w) if data and (data / w).exists() else w for w in shlex.split(command)]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = {"OMP_NUM_THREADS": "1"}
         while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
-        done = subprocess.run(self.argv(words), cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600)
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, f"{where}: `{command}` exited {done.returncode}:\n{output[-3000:]}"
+        if words[0] == "graphrt" and "--tp" not in words:  # --tp's ranks run the process's own command line again
+            code, output = self.run_here(self.here(words)[1:], env)
+        else:
+            done = subprocess.run(self.argv(words), cwd=self.cwd, env={**os.environ, **env}, capture_output=True,
+                                  text=True, timeout=600)
+            code, output = done.returncode, done.stdout + done.stderr
+        assert code == 0, f"{where}: `{command}` exited {code}:\n{output[-3000:]}"
         return output
+
+    def run_here(self, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+        """`graphrt ARGS` in this interpreter, as the shell would run it: in the page's directory,
+        with its variables (OMP_NUM_THREADS sets torch's threads, as at an interpreter's start).
+        What it starts (a process per mode or rank) starts as from the command line."""
+        from graphrt.cli.main import main
+
+        threads = torch.get_num_threads()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(self.cwd)
+            for name, value in env.items():
+                patch.setenv(name, value)
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+            try:
+                result = CliRunner().invoke(main, args)
+            finally:
+                torch.set_num_threads(threads)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            return 1, result.output + "".join(traceback.format_exception(result.exception))
+        return result.exit_code, result.output
 
     def run_make(self, command: str, where: str) -> str:
         """`make X ...` dry, then what it would run: graphrt commands as any other, pytest collecting."""
@@ -178,6 +212,7 @@ def _in_order(wanted: list[str], have: list[str]) -> bool:
 RUN_PAGES = [page for page in PAGES if runnable(page)]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(ROOT)) for p in RUN_PAGES])
 def test_every_command_a_page_shows_runs_and_prints_what_it_shows(page, tmp_path, request):
