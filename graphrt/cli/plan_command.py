@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from graphrt.backends.choices import parse_buckets
-from graphrt.plan.engine_settings import Settings, parse_settings
+from graphrt.plan.engine_lists import Settings, parse_settings
 from graphrt.plan.size_rounds import ROUNDS
 from graphrt.plan.traffic import describe, read_traffic
 from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
