@@ -39,7 +39,7 @@ from graphrt.measure.timing import StepTimer
 from graphrt.model.hf_causal import HFCausalLM
 from graphrt.model.resolve import resolve
 from graphrt.model.weights import load_model
-from graphrt.run.device import resolve_device, resolve_dtype
+from graphrt.run.machine import resolve_device, resolve_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hf_checkpoint import make_checkpoint  # noqa: E402

@@ -6,8 +6,7 @@ from graphrt.backends.base import Backend
 from graphrt.backends.compiled import CompileBackend
 from graphrt.backends.eager import EagerBackend
 from graphrt.backends.graph import GraphBackend
-from graphrt.backends.piecewise import PiecewiseBackend
-from graphrt.backends.piecewise_modules import ModulePiecewiseBackend
+from graphrt.backends.piecewise import ModulePiecewiseBackend, PiecewiseBackend
 from graphrt.model.decoder import Qwen2ForCausalLM
 from graphrt.vocab import Mode
 

@@ -13,6 +13,11 @@ every piece of every bucket. A core reads the q/k/v its piece left in graph memo
 its result into one static hand-off buffer, which the next piece reads: a graph reads only
 fixed addresses, and the cores run in the order the pieces need them, so one buffer serves
 every layer.
+
+On transformers' own forward, whose seams graphrt does not write, the breaks are its attention
+modules, found in its module tree (graphrt.graphs.segments; `ModulePiecewiseBackend`). Unlike
+graphrt's own step, where only the attention core (cache write and attention) is eager, the break
+there is the whole attention module: its q/k/v and o projections run eagerly too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 from graphrt.backends.graph import GraphBackend
 from graphrt.graphs import Graph, GraphPool, capture
+from graphrt.graphs.segments import attention_modules, capture_pieces
 from graphrt.measure.nvtx import nvtx_range
 from graphrt.model.decoder import Qwen2DecoderLayer
 
@@ -114,3 +120,22 @@ class PiecewiseBackend(GraphBackend):
             with nvtx_range(pieces.graph_ranges[-1]):
                 pieces.graphs[-1].replay()
         return logits
+
+
+class ModulePiecewiseBackend(PiecewiseBackend):
+    """L+1 graphs per bucket around L eager attention modules; `graphs[bs]` is
+    `(Pieces, static logits [bs, V])`, replayed as PiecewiseBackend replays its own."""
+
+    def _allocate_inputs(self, rows: int, device: torch.device) -> None:
+        GraphBackend._allocate_inputs(self, rows, device)  # a module's outputs are its own hand-off
+
+    def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
+        step = self._probed(bs, lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
+                            first=True, last=True)
+        graphs, calls, logits = capture_pieces(step, attention_modules(self.model), device=pool.device,
+                                               pool=pool)
+        names = {module: name for name, module in self.model.named_modules()}
+        self.graphs[bs] = (Pieces(
+            tuple(graphs), tuple(call for _, call in calls), f"decode_step[piecewise,bs={bs}]",
+            tuple(f"piece[bs={bs},i={i}]" for i in range(len(graphs))),
+            tuple(f"attend[bs={bs},{names[module]}]" for module, _ in calls)), logits)

@@ -48,7 +48,7 @@ from graphrt.model.sharding import rank_shapes, split
 from graphrt.parallel import launch, ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.run.decode import Generation, count_launches, decode, random_prompt
-from graphrt.run.device import resolve_device, resolve_dtype
+from graphrt.run.machine import resolve_device, resolve_dtype
 from graphrt.run.execute import load
 from graphrt.run.rank_figures import slowest_per_step
 from graphrt.run.spec import RunSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from graphrt.cli.plot_option import check_plot
+from graphrt.cli.option_types import check_plot
 from graphrt.io import check_writable, write_json
 from graphrt.trace.analysis.file_analysis import cores
 from graphrt.trace.analysis.rank_steps import rank_dirs

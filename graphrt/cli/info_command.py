@@ -33,8 +33,7 @@ def _asked_of_torch(measure: bool) -> dict:
     """What only torch can say: the device as torch sees it, what it does, and, on CUDA, what a
     capture and a trace can say of graph nodes there."""
     from graphrt.measure import hardware
-    from graphrt.run.device import resolve_device, resolve_dtype
-    from graphrt.run.machine import machine
+    from graphrt.run.machine import machine, resolve_device, resolve_dtype
 
     device = resolve_device("auto")
     facts = machine(device)

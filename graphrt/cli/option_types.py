@@ -1,4 +1,6 @@
-"""The click types of numeric options: every float option's, a seed's, and a count of timed steps' bound.
+"""What an option's value must be, checked before any work: the click types of numeric options
+(every float option's, a seed's, and a count of timed steps' bound), and what `--plot PATH`
+(analyze, plan) needs.
 
 Amounts: a finite number in range, never one that rounds to nothing.
 
@@ -7,14 +9,21 @@ no comparison); a command would then fail deep inside, in a traceback. An amount
 counts in a smaller unit (GiB as bytes, seconds as microseconds) is refused where it is not 0
 yet rounds to 0 there: `--device-memory 1e-300` would otherwise be taken as 0 bytes, though `0`
 is refused.
+
+matplotlib is optional (`graphrt[plot]`); without it a command would read its traces or measure
+for minutes and only then find it cannot draw.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
 import click
+
+from graphrt.errors import GraphrtError
+from graphrt.io import check_writable
 
 
 class Amount(click.FloatRange):
@@ -44,3 +53,17 @@ SEED = click.IntRange(-(1 << 63), (1 << 64) - 1)
 # --repeats): each is held as a figure, and plan samples them up front, so a count of 10^12 fills
 # memory before the first is timed; a million is hours of steps on any device.
 MAX_TIMED_STEPS = 1_000_000
+
+INSTALL = "pip install 'graphrt[plot]'"
+
+
+def check_plot(path: str | None) -> None:
+    """Refuse `--plot path` now, in one line, where the file cannot be written or matplotlib is
+    not installed; without --plot (None), nothing is checked and matplotlib is not imported."""
+    if path is None:
+        return
+    check_writable(path)
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise GraphrtError(f"--plot needs matplotlib, which is not installed here: {INSTALL}") from None

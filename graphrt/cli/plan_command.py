@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from graphrt.backends.choices import parse_buckets
-from graphrt.plan.engine_settings import Settings, parse_settings
+from graphrt.plan.engine_lists import Settings, parse_settings
 from graphrt.plan.size_rounds import ROUNDS
 from graphrt.plan.traffic import describe, read_traffic
-from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount
-from graphrt.cli.plot_option import check_plot
+from graphrt.cli.option_types import MAX_TIMED_STEPS, SEED, Amount, check_plot
 from graphrt.io import check_writable, write_json
 from graphrt.model.config import PRESETS
 

@@ -6,8 +6,8 @@ and set against each serving engine's default list as its server resolves it.
     measure_sizes.py    figures per batch size (a grid, the rest interpolated)
     size_rounds.py      timed in interleaved rounds, outliers left out
     optimize.py         the exact optimum under a budget, and the frontier
-    engine_settings.py  --engine-setting ENGINE.NAME=VALUE, checked at once (torch-free)
-    engine_lists.py     each engine's default list as its server resolves it (graphrt.engines has the
+    engine_lists.py     --engine-setting ENGINE.NAME=VALUE, checked at once (torch-free); each
+                        engine's default list as its server resolves it (graphrt.engines has the
                         rules), and the chosen list in each engine's option
     summary.py          the plan's rows, its table and JSON
     spread.py           each row against the chosen plan with its interval; too noisy to choose

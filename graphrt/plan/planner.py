@@ -26,9 +26,8 @@ from graphrt.plan import check, fit, measure_sizes, spread, summary
 from graphrt.plan.engine_lists import engine_lists, exports
 from graphrt.plan.optimize import Budget, choose, evaluate
 from graphrt.plan.traffic import Traffic, read_traffic
-from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.execute import load
-from graphrt.run.machine import versions
+from graphrt.run.machine import resolve_device, resolve_dtype, versions
 from graphrt.run.spec import RunSpec
 from graphrt.units import GIB, MIB, format_bytes
 

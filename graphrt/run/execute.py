@@ -25,9 +25,8 @@ from graphrt.parallel import ranks as ranks_
 from graphrt.parallel.ranks import Ranks
 from graphrt.run import rank_figures
 from graphrt.run.decode import Generation, count_launches, decode, first_step_inputs, pad_rows, random_prompt
-from graphrt.run.device import resolve_device, resolve_dtype
 from graphrt.run.diagnose import locate_differences
-from graphrt.run.machine import machine
+from graphrt.run.machine import machine, resolve_device, resolve_dtype
 from graphrt.run.spec import RunSpec
 
 

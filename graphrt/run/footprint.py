@@ -22,7 +22,7 @@ from graphrt.model.config import ModelConfig
 from graphrt.model.resolve import resolve
 from graphrt.parallel import ranks
 from graphrt.run.decode import LOGITS_BUDGET_BYTES
-from graphrt.run.device import resolve_device, resolve_dtype
+from graphrt.run.machine import resolve_device, resolve_dtype
 from graphrt.run.spec import RunSpec
 from graphrt.units import format_bytes
 

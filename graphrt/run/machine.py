@@ -1,5 +1,6 @@
-"""The machine a run, a trace, a sweep or a plan ran on, as its JSON records it: the hardware's facts,
-on CUDA what a capture and a trace can say of graph nodes there, and the versions it ran with."""
+"""The machine a run, a trace, a sweep or a plan runs on: the device and dtype its `--device` and
+`--dtype` resolve to here, and, as its JSON records it, the hardware's facts, on CUDA what a
+capture and a trace can say of graph nodes there, and the versions it ran with."""
 
 from __future__ import annotations
 
@@ -8,8 +9,24 @@ from typing import Any
 
 import torch
 
+from graphrt.errors import GraphrtError
 from graphrt.graphs import annotate
 from graphrt.measure import hardware
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise GraphrtError("--device cuda: CUDA is not available here (this torch build "
+                           f"{torch.__version__} sees no GPU); use --device cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
 
 
 def machine(device: torch.device) -> dict[str, Any]:

@@ -4,8 +4,7 @@ markers, names them in a note, and, where graphrt knows its capture list, resolv
 import pytest
 
 from graphrt.engines.registry import BY_KEY, ENGINES
-from graphrt.plan.engine_lists import exports
-from graphrt.plan.engine_settings import parse_settings
+from graphrt.plan.engine_lists import exports, parse_settings
 from graphrt.trace.analysis.markers import MARKERS, unread
 
 # a marker of each form each engine writes, as its source writes it

@@ -12,8 +12,7 @@ import pytest
 from graphrt.backends.choices import parse_buckets
 from graphrt.engines import sglang, tensorrt_llm, vllm
 from graphrt.engines.engine import ServedOn
-from graphrt.plan.engine_lists import engine_lists, exports
-from graphrt.plan.engine_settings import parse_settings
+from graphrt.plan.engine_lists import engine_lists, exports, parse_settings
 from graphrt.plan.planner import _engine_record, formed
 from graphrt.errors import GraphrtError
 

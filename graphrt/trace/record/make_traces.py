@@ -44,8 +44,7 @@ from graphrt.io import write_json
 from graphrt.model.config import ModelConfig
 from graphrt.model.resolve import resolve
 from graphrt.run import execute
-from graphrt.run.device import resolve_device
-from graphrt.run.machine import machine
+from graphrt.run.machine import machine, resolve_device
 from graphrt.run.spec import RunSpec
 from graphrt.trace.record import nsys_profile
 from graphrt.trace.record.overhead import MIN_STEPS as MIN_OVERHEAD_STEPS, NvtxOverhead, measure_nvtx_overhead
