@@ -34,7 +34,7 @@ ids = st.integers(-(2**63), 2**63 - 1) | st.integers(-(2**50), 2**50).map(float)
 threads = ids | st.sampled_from(["main thread", "Spawned thread 3"])  # a label gets a stable number
 names = st.sampled_from(["aten::mm", "cudaLaunchKernel", "gemm", "decode_step[eager]"])
 kernel_args = st.fixed_dictionaries({}, optional={
-    "correlation": ids, "device": st.integers(0, 7) | st.just(3.0), "stream": ids,
+    "correlation": ids, "device": st.integers(0, 7) | st.just(3.0), "stream": ids.filter(lambda v: v != -(2**63)),
     "graph node id": st.integers(0, 2**40), "graph id": st.integers(0, 2**31 - 1)})
 call_args = st.fixed_dictionaries({}, optional={"correlation": ids, "kernel": st.sampled_from(["", "gemm"])})
 
@@ -123,6 +123,8 @@ PLANTS = [
     ("tid", 2.5, "tid 2.5 is not a whole number", ("cpu_op", "cuda_runtime")),
     ("args.device", "gpu0", "args.device 'gpu0' is not a whole number", ("kernel",)),
     ("args.graph id", 2**31, "graph id 2147483648 does not fit a toolsId", ("kernel",)),
+    # -2**63 marks a kernel that states no stream: one that states it is refused, never read as unstated
+    ("args.stream", -(2**63), "args.stream -9223372036854775808 is no stream's id", ("kernel",)),
 ]
 
 

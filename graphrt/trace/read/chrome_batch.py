@@ -167,7 +167,7 @@ def _kernels(events: list[Event], times: dict[str, np.ndarray], names: dict[str,
     args = [e.args or NO_ARGS for e in events]
     streams, correlations = [a.stream for a in args], [a.correlation for a in args]
     return {**times, "name": name, "device": _ints([a.device or 0 for a in args], _device),
-            "stream": _ints([ABSENT if s is None else s for s in streams] if None in streams else streams, _stream),
+            "stream": _optional_ints(streams, _stream),
             "correlation_id": _ints([-1 if c is None else c for c in correlations] if None in correlations
                                     else correlations, _correlation),
             "graph_node_id": _graph_nodes(args),
@@ -206,7 +206,10 @@ def _device(value: Any) -> int:
 
 
 def _stream(value: Any) -> int:
-    return whole(value, "args.stream", "a stream's id")
+    stream = whole(value, "args.stream", "a stream's id")
+    if stream == ABSENT:  # the column's mark of a kernel that states no stream
+        raise UnusableField(f"args.stream {stream} is no stream's id: expected one above -2**63")
+    return stream
 
 
 def _correlation(value: Any) -> int:
@@ -219,6 +222,16 @@ def _ints(values: list, rule: Callable[[Any], int]) -> np.ndarray:
     column = _plain(values)
     if column is None:
         column = np.array([v if _fits(v) else _ruled(row, rule, v) for row, v in enumerate(values)], dtype=np.int64)
+    return column
+
+
+def _optional_ints(values: list, rule: Callable[[Any], int]) -> np.ndarray:
+    """A column that may be unstated: None as ABSENT; a value that is ABSENT itself (-2**63)
+    goes to `rule`, which refuses it, so that it is never read as unstated."""
+    column = _ints([ABSENT if v is None else v for v in values] if None in values else values, rule)
+    for row in np.flatnonzero(column == ABSENT).tolist():
+        if values[row] is not None:
+            _ruled(row, rule, values[row])
     return column
 
 
