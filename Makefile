@@ -7,6 +7,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
+# make test: a pytest worker per core (pytest-xdist), each taking the next test as it finishes
+# one; PARALLEL= runs them in one process. (The inner loop is quicker in one: a worker's start
+# costs more than its share of a minute's tests.)
+PARALLEL ?= -n auto --dist worksteal
 
 .PHONY: run test test-fast gpu-check gpu-bundle gpu-rehearsal mutate clean
 
@@ -27,7 +31,7 @@ run: $(VENV)/.core
 
 test: $(VENV)/.test
 	scripts/install-nsys.sh .tools/nsys || echo "Nsight Systems not installed: the nsys tests will be skipped"
-	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/.tools/nsys/bin:$(PATH)" $(BIN)/python -m pytest -q $(PARALLEL) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.test
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -21,6 +21,18 @@ from graphrt.backends.toolchain import missing_for_compile
 from graphrt.model.config import PRESETS, Llama3Rope, ModelConfig
 
 
+def _one_thread_per_worker() -> None:
+    """Under `pytest -n` (a worker per core) each worker, and what it starts, computes on one
+    thread: two workers of two OpenMP threads each on two cores spin-wait on preempted siblings
+    (the same matmul seen 100x slower)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
+_one_thread_per_worker()
+
+
 def _import_what_is_imported_on_first_use() -> None:
     """Import now what torch and transformers would import in the middle of a test: torch._dynamo
     (the first nn.init under a `with torch.device(...)` pulls it in) and transformers' models of
