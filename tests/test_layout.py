@@ -1,10 +1,12 @@
 """The layout docs/design.md describes holds: every package says its job, no module name is used
 twice, no file passes 300 lines of code, imports point one way (between packages, and inside
-trace/ from read to analysis to present), and nothing cites a file the repository does not have."""
+trace/ from read to analysis to present), nothing cites a file the repository does not have, and
+design.md's Layout names every module."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import io
 import re
 import tokenize
@@ -208,3 +210,34 @@ def test_nothing_cites_a_file_the_repository_lacks():
             elif "/" in cited and not (ROOT / cited).exists() and not cited.startswith(("http", "../")):
                 missing.append(f"{path.relative_to(ROOT)} cites {cited}")
     assert not missing, "\n".join(missing)
+
+
+DESIGN = ROOT / "docs" / "design.md"
+NAMED_FILE = re.compile(r"[\w./*-]+\.(?:py|sh)\b")
+
+
+def _layout_block() -> str:
+    """The tree drawn under design.md's "## Layout", up to its closing fence."""
+    text = DESIGN.read_text()
+    start = text.index("```", text.index("\n## Layout\n")) + 3
+    return text[start:text.index("```", start)]
+
+
+def _named(name: str, patterns: set[str]) -> bool:
+    """Whether a file called `name` is one of `patterns` (`segments.py`, `graphs/segments.py` or
+    `*_command.py`): a name goes by its last part, as no module name is used twice."""
+    return any(fnmatch.fnmatch(name, pattern.rsplit("/", 1)[-1]) for pattern in patterns)
+
+
+def test_design_names_only_files_the_repository_has():
+    have = {path.name for folder in ("graphrt", "tests", "scripts") for path in (ROOT / folder).rglob("*")}
+    missing = [name for name in sorted(set(NAMED_FILE.findall(DESIGN.read_text())))
+               if not any(_named(file, {name}) for file in have)]
+    assert not missing, f"docs/design.md names files the repository lacks: {missing}"
+
+
+def test_the_layout_in_design_names_every_module():
+    named = set(NAMED_FILE.findall(_layout_block()))
+    unnamed = sorted(str(path.relative_to(ROOT)) for path in MODULES.values()
+                     if path.stem not in ("__init__", "__main__") and not _named(path.name, named))
+    assert not unnamed, f"modules docs/design.md's Layout does not name: {unnamed}"

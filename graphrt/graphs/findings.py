@@ -1,4 +1,4 @@
-"""What a graph of a step would replay wrongly, found in its recorded captures (`record.py`):
+"""What a graph of a step would replay wrongly, found in its recorded captures (`capture_record.py`):
 one capture's refusals and tensors from outside, and the differences between two captures.
 
 Each `Finding` is one line: the op, the module range it ran in, what differs and what a replay
