@@ -50,6 +50,7 @@ def test_missing_compiler_is_named(monkeypatch):
 
 @pytest.mark.inductor
 @pytest.mark.slow
+@pytest.mark.compiles
 def test_the_decode_loop_reuses_the_graph_prepare_compiled():
     # prepare() compiles with throwaway inputs; the decode loop then passes inference tensors.
     # Dynamo guards on its inputs' dispatch keys, so inputs made outside inference mode would
