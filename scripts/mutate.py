@@ -82,8 +82,21 @@ def print_scores(by_module: dict[str, Counter], seconds: Counter, only: list[str
         print(f"{module:<{width}}  {tested:>6}  {killed:>6}  {score:>6}  {spent:>7.0f}  {left or '-'}")
 
 
+def drop_stale_copies(root: Path = Path(".")) -> None:
+    """Remove mutmut's copy of every module changed since mutmut copied it. mutmut copies a
+    source file into mutants/ only when no copy is there, then measures which lines run on that
+    copy: a changed module's old copy would give it the old file's line numbers. Without the copy
+    mutmut copies the module anew, and keeps the results of its functions that did not change
+    (the .meta file beside it)."""
+    for source in (root / "graphrt").rglob("*.py"):
+        copy = root / "mutants" / source.relative_to(root)
+        if copy.is_file() and source.stat().st_mtime > copy.stat().st_mtime:
+            copy.unlink()
+
+
 def main(argv: list[str]) -> int:
     globs = [mutant_glob(module) for module in argv]
+    drop_stale_copies()
     # Two mutants run at once on two cores: torch's OpenMP threads, two per process, would spin
     # against each other and stretch a mutant's tests past their timeout.
     start = time.monotonic()

@@ -87,14 +87,14 @@ def train_tokenizer():
 
 def pytest_configure(config):
     """Under `make mutate` (mutmut sets MUTANT_UNDER_TEST): in its stats run, credit a shared
-    fixture's calls to every test using it; in a mutant's run, order its tests so that it dies
-    early, and log its time (tests/mutation_plugin.py)."""
+    fixture's calls to every test using it; in its coverage run, count every line of a statement
+    that ran; in a mutant's run, order its tests so that it dies early, and log its time
+    (tests/mutation_plugin.py)."""
     mutant = os.environ.get("MUTANT_UNDER_TEST")
     if mutant is not None:
-        from mutation_plugin import MutantRun, StatsRun
+        from mutation_plugin import plugin_for
 
-        plugin = StatsRun() if mutant == "stats" else MutantRun(mutant)
-        config.pluginmanager.register(plugin, "graphrt-mutation")
+        config.pluginmanager.register(plugin_for(mutant), "graphrt-mutation")
 
 
 # The fixtures that record: each starts processes, so every test using one is slow.

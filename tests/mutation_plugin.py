@@ -15,6 +15,10 @@ that killed it or nothing), and every kill a line to `mutmut-killers.tsv` (funct
 Both live in mutmut's working directory, `mutants/`, where pytest runs; two mutants run at once,
 so each line is written with one append.
 
+In mutmut's coverage run (`mutate_only_covered_lines`: a line no test runs gets no mutants),
+`CoverageRun` counts every line of a statement that ran, as coverage.py's reports do, not only
+the lines whose bytecode ran (below).
+
 In mutmut's stats run, which decides the tests each mutant runs by the functions each test
 calls, a fixture shared by several tests (module or session scope) is built once, inside the
 first test that asks for it, and mutmut credits what it calls to that test alone. Yet under a
@@ -27,11 +31,14 @@ whichever of their tests runs first): what it writes to `mutmut-test-seconds.jso
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import re
 import time
+import tokenize
 from collections import Counter
+from collections.abc import Collection
 from functools import cache
 from pathlib import Path
 
@@ -163,3 +170,44 @@ class MutantRun:
         if self.function is not None:
             append_line(TIMES, self.mutant, f"{time.perf_counter() - self.start:.2f}", self.ran, self.killer)
 
+
+
+def statement_lines(source: str, ran: Collection[int]) -> set[int]:
+    """`ran`, with every other line of each statement (or compound statement's header) that
+    begins on a line in it. A line holding only constants, such as the second half of a message
+    split over two lines, has no bytecode of its own, so coverage.py never records it running."""
+    lines, first = set(ran), None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.NEWLINE:  # the end of a statement, or of a header at its colon
+            if first in lines:
+                lines.update(range(first, token.end[0] + 1))
+            first = None
+        elif first is None and token.string.strip() and token.type != tokenize.COMMENT:
+            first = token.start[0]
+    return lines
+
+
+class CoverageRun:
+    """The plugin for mutmut's coverage run (MUTANT_UNDER_TEST=mutant_generation): mutmut then
+    mutates only the lines coverage.py saw run, so it adds each such statement's other lines
+    (`statement_lines`) to the data being collected, for graphrt's modules."""
+
+    def pytest_sessionfinish(self) -> None:
+        import coverage
+
+        cov = coverage.Coverage.current()
+        if cov is None:  # mutate_only_covered_lines is off: mutmut measures nothing
+            return
+        data = cov.get_data()
+        package = Path.cwd() / "graphrt"
+        data.add_lines({path: statement_lines(Path(path).read_text(), data.lines(path) or ())
+                        for path in data.measured_files() if Path(path).is_relative_to(package)})
+
+
+def plugin_for(mutant: str) -> StatsRun | CoverageRun | MutantRun:
+    """The plugin for a run whose MUTANT_UNDER_TEST is `mutant`."""
+    if mutant == "stats":
+        return StatsRun()
+    if mutant == "mutant_generation":
+        return CoverageRun()
+    return MutantRun(mutant)

@@ -25,7 +25,7 @@ T = TypeVar("T")
 def _bucket_memory(graphs: tuple[Graph, ...]) -> dict[str, int | None]:
     """What one bucket's graphs (one, or a piecewise step's several) took, summed."""
     memory = {"pool_bytes": sum(graph.memory_bytes for graph in graphs)}
-    if all(isinstance(graph, CudaGraph) for graph in graphs):  # pragma: no mutate block (CUDA only)
+    if all(isinstance(graph, CudaGraph) for graph in graphs):
         taken = [graph.device_bytes for graph in graphs]
         # None where one of them cannot say (graphrt.graphs.pool.device_bytes_taken)
         memory["device_bytes"] = None if None in taken else sum(taken)
@@ -39,10 +39,10 @@ def lint_states(model: Qwen2ForCausalLM, batch: int) -> tuple[list[tuple[torch.T
     device, vocab, slots = model.lm_head.weight.device, model.config.vocab_size, model.max_seq_len
     # Any two in-range states that differ in every token and position would do: the values
     # below are arbitrary, and mutation testing leaves them alone.
-    position = max(0, (slots - 2) // 2)  # pragma: no mutate
-    tokens = torch.arange(batch, device=device).unsqueeze(1) % vocab  # [B, 1]  # pragma: no mutate
-    positions = torch.full((batch,), position, device=device)  # pragma: no mutate
-    states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]  # pragma: no mutate
+    position = max(0, (slots - 2) // 2)
+    tokens = torch.arange(batch, device=device).unsqueeze(1) % vocab  # [B, 1]
+    positions = torch.full((batch,), position, device=device)
+    states = [(tokens, positions), ((tokens + 1) % vocab, (positions + 1).clamp(max=slots - 1))]
     return states, position
 
 
@@ -59,7 +59,7 @@ def lint_decode(model: Qwen2ForCausalLM, batch: int) -> LintReport:
     model.seek(position)  # a cache that keeps its own write position writes where the states say
     with torch.inference_mode():
         # restore=True would only cost more: what the captures leave in the cache is not read
-        return lint_step(model.decode_step, states, warmup=0, restore=False)  # pragma: no mutate
+        return lint_step(model.decode_step, states, warmup=0, restore=False)
 
 
 class LintRefusal(GraphCaptureError):
@@ -98,14 +98,14 @@ class GraphBackend(Backend):
         model: Qwen2ForCausalLM,
         buckets: tuple[int, ...] | None = None,
         lint: bool = True,
-        annotate: bool = False,  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
+        annotate: bool = False,
         probe: bool = False,
     ):
         super().__init__(model)
         self.requested = buckets
         self.lint = lint
-        self.annotate = annotate  # pragma: no mutate (CUDA only: a tape knows its ranges anyway)
-        self.buckets: tuple[int, ...] = ()  # pragma: no mutate (None reads as no buckets too)
+        self.annotate = annotate
+        self.buckets: tuple[int, ...] = ()
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
         self.probe = probe
         self.probes: dict[int, list[ProbeSet]] = {}  # per bucket, one per graph, in step order
@@ -156,7 +156,7 @@ class GraphBackend(Backend):
         self.model.seek(0)  # the captures' warmups write the cache from slot 0 on; prefill starts it afresh
         start, capture_seconds = time.perf_counter(), {}
         # the process's one-off capture set-up, apart from every bucket's capture_seconds
-        setup_seconds = set_up_capture(device) if self.kind == "cuda" else None  # pragma: no mutate (CUDA only)
+        setup_seconds = set_up_capture(device) if self.kind == "cuda" else None
         with torch.inference_mode():
             for bs in sorted(self.buckets, reverse=True):  # largest first: smaller ones reuse its pool
                 began = time.perf_counter()
@@ -188,7 +188,7 @@ class GraphBackend(Backend):
     def _capture_bucket(self, bs: int, pool: GraphPool) -> None:
         step = self._probed(bs, lambda: self.model.decode_step(self.tokens[:bs], self.positions[:bs]),
                             first=True, last=True)
-        self.graphs[bs] = capture(step, device=pool.device, pool=pool, annotate=self.annotate)  # pragma: no mutate (CUDA only: a tape takes neither)
+        self.graphs[bs] = capture(step, device=pool.device, pool=pool, annotate=self.annotate)
 
     def _probed(self, bs: int, fn: Callable[[], T], first: bool, last: bool) -> Callable[[], T]:
         """`fn`, one graph of bucket `bs`, with probes when probing (else `fn` itself): the

@@ -84,9 +84,9 @@ class Sweep:
         self.dtype = resolve_dtype(scenario.dtype, self.device)
         self.points = scenario.points()
         where = scenario.source or scenario.name
-        if self.device.type == "cuda" and max(scenario.tp) > torch.cuda.device_count():  # pragma: no mutate (CUDA only)
-            raise GraphrtError(f"{where}: tp {max(scenario.tp)}: one GPU per rank, and this machine "  # pragma: no mutate
-                               f"has {torch.cuda.device_count()}")  # pragma: no mutate (CUDA only)
+        if self.device.type == "cuda" and max(scenario.tp) > torch.cuda.device_count():
+            raise GraphrtError(f"{where}: tp {max(scenario.tp)}: one GPU per rank, and this machine "
+                               f"has {torch.cuda.device_count()}")
         self.transformers_models: set[str] = set()  # run on transformers' forward: no peer, no roofline
         for name in scenario.models:  # fail before the first point, not in the middle
             config, _ = resolve(name)

@@ -21,7 +21,7 @@ def capture(
     pool: GraphPool | None = None,
     warmup: int = 3,
     kind: Literal["auto", "cuda", "tape"] = "auto",
-    annotate: bool = False,  # pragma: no mutate (CUDA only: a tape knows every op's ranges regardless)
+    annotate: bool = False,
 ) -> tuple[Graph, T]:
     """Warm `fn` up `warmup` times, capture one call, return `(graph, static_output)`.
 
@@ -41,7 +41,7 @@ def capture(
         raise GraphrtError(
             f"pool is for a {pool.kind} graph on {pool.device}, but this capture is a {resolved} graph on {device}"
         )
-    if resolved == "cuda":  # pragma: no mutate block (CUDA only)
+    if resolved == "cuda":
         return capture_cuda(fn, device, pool, warmup, annotate)
     return capture_tape(fn, device, warmup)
 

@@ -59,7 +59,7 @@ def capture_error_mode() -> str:
 _SET_UP: set[torch.device] = set()  # the devices whose capture set-up this process has done
 
 
-def set_up_capture(device: torch.device) -> float | None:  # pragma: no mutate block (CUDA only)
+def set_up_capture(device: torch.device) -> float | None:
     """Once per process and CUDA `device`, what its first capture would otherwise pay for: the side
     stream's cuBLAS handle and workspace (cuBLAS keeps one per stream; a small matmul in each
     dtype a step may use), and the driver's and torch's first capture, instantiation and replay
@@ -89,7 +89,7 @@ def set_up_capture(device: torch.device) -> float | None:  # pragma: no mutate b
 
 
 def _capture(fn: Callable[[], T], side: torch.cuda.Stream, caller: torch.cuda.Stream, pool: GraphPool | None,
-             annotations: NodeAnnotations, guard: CaptureMode) -> tuple[torch.cuda.CUDAGraph, T]:  # pragma: no mutate block (CUDA only)
+             annotations: NodeAnnotations, guard: CaptureMode) -> tuple[torch.cuda.CUDAGraph, T]:
     """One capture of `fn` on `side`, watched by `guard`: the graph and its output."""
     graph = torch.cuda.CUDAGraph()
     try:
@@ -147,7 +147,7 @@ def capture_cuda(
         guard = CaptureMode(record=False, allow_random=True)
         try:
             graph, out = _capture(fn, side, caller, pool, annotations, guard)
-        except Exception as error:  # pragma: no mutate block (CUDA only)
+        except Exception as error:
             if not through_graph or guard.refused is not None:
                 raise
             # torch's own annotation code ran inside the capture (the keyword): an optional

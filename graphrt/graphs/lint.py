@@ -141,7 +141,7 @@ def lint_step(step: Callable[..., Any], states: Sequence[Any], *, model: nn.Modu
 
     keeper = contextlib.nullcontext()
     if restore:
-        keeper = preserved(model, skip=set(inputs))  # pragma: no mutate (skip only saves copying back)
+        keeper = preserved(model, skip=set(inputs))
     with module_ranges(model) as modules, keeper:
         warm = load(first)
         for _ in range(warmup):

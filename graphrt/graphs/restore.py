@@ -139,7 +139,7 @@ class Start:
     def __init__(self, model: nn.Module | None, skip: set[int] = frozenset()) -> None:
         self.attributes = AttributeSnapshot(model)
         self.cpu_rng = torch.random.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None  # pragma: no mutate (CUDA only)
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.backup = WriteBackup(skip)
 
     def rewind(self) -> None:
@@ -148,7 +148,7 @@ class Start:
         self.backup.restore()
         self.attributes.restore()
         torch.random.set_rng_state(self.cpu_rng)
-        if self.cuda_rng is not None:  # pragma: no mutate block (CUDA only)
+        if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
 
 

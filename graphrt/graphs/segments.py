@@ -72,7 +72,7 @@ class _TapePiece:
         return self.recording.mode.refused or error
 
 
-class _CudaPiece:  # pragma: no mutate block (CUDA only)
+class _CudaPiece:
     """One `torch.cuda.CUDAGraph`, begun and ended by hand on the current (side) stream, with
     what `torch.cuda.graph` does around a capture (and `capture_cuda` around its window)."""
 
@@ -135,7 +135,7 @@ def _side_stream(pool: GraphPool) -> Iterator[torch.cuda.Stream | None]:
     """On CUDA, the pool's side stream made current, ordered after the caller's work on entry and
     before the caller's later work on exit, whatever happened inside; the caller's stream is
     yielded (None for a tape)."""
-    if pool.kind == "cuda":  # pragma: no mutate block (CUDA only)
+    if pool.kind == "cuda":
         with torch.cuda.device(pool.device):
             caller = torch.cuda.current_stream(pool.device)
             pool.stream.wait_stream(caller)  # the static inputs, a seek's counters: written on the caller's
@@ -154,7 +154,7 @@ def _hand_off(value: Any, replayed_on: torch.cuda.Stream | None) -> Any:
     that their memory is not handed to other work before the last replay's use of it is done."""
     def copy(x: torch.Tensor) -> torch.Tensor:
         static = x.clone()
-        if replayed_on is not None:  # pragma: no mutate block (CUDA only)
+        if replayed_on is not None:
             static.record_stream(replayed_on)
         return static
 
@@ -179,7 +179,7 @@ def capture_pieces(fn: Callable[[], T], breaks: Sequence[nn.Module], *, device: 
     """Warm `fn` up, then capture it as graphs between the calls of the `breaks` modules
     (module docstring): the graphs in step order, each break called between them (the module
     and its replayable call), and `fn`'s static output, recomputed in place by a replay of them all."""
-    if pool.kind == "cuda":  # pragma: no mutate block (CUDA only)
+    if pool.kind == "cuda":
         set_up_capture(device)  # the process's one-off capture costs, kept out of the first piece
     with _side_stream(pool) as caller:
         for _ in range(warmup):

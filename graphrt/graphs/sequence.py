@@ -76,18 +76,18 @@ def capture_undone(call: Callable[[], Any], model: nn.Module | None, device: tor
     # side stream, the one the capture runs on (lazy cuBLAS set-up is per stream).
     pool = new_pool(device)
     side = contextlib.nullcontext()
-    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
+    if pool.stream is not None:
         side = torch.cuda.stream(pool.stream)
         torch.cuda.synchronize(device)  # the eager run, on the caller's stream, is done
     with side, preserved(model):
         for _ in range(warmup):
             call()
-    if pool.stream is not None:  # pragma: no mutate block (CUDA only)
+    if pool.stream is not None:
         torch.cuda.synchronize(device)  # and so are the warmup and its undoing
     # A tape capture runs the step once more (a CUDA capture runs nothing): undo that call too.
-    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()  # pragma: no mutate (CUDA only)
+    undo = preserved(model) if pool.kind == "tape" else contextlib.nullcontext()
     with undo:
-        return capture(call, device=device, pool=pool, warmup=0)  # pragma: no mutate (CUDA only)
+        return capture(call, device=device, pool=pool, warmup=0)
 
 
 def run_sequence(step: Callable[..., Any], first: tuple, steps: int, advance: Advance, *,

@@ -235,7 +235,7 @@ def _pin(tree: Any, layouts: dict[int, tuple]) -> Any:
 def _callable(func: torch._ops.OpOverload) -> Callable[..., Any]:
     # The C++ callable behind an OpOverload: calling it directly skips one Python frame per
     # op on every replay.
-    return getattr(func, "_op", func)  # pragma: no mutate (the OpOverload itself gives the same results)
+    return getattr(func, "_op", func)
 
 
 def _replay_call(entry: _Entry) -> Callable[[], Any]:

@@ -48,10 +48,10 @@ def cuda_driver(library: str = "libcuda.so.1") -> CudaDriver | None:
         return None
     number, count = ctypes.c_int(), ctypes.c_int()
     if cuda.cuInit(0) or cuda.cuDriverGetVersion(ctypes.byref(number)) or \
-            cuda.cuDeviceGetCount(ctypes.byref(count)):  # pragma: no mutate (a GPU machine's driver)
+            cuda.cuDeviceGetCount(ctypes.byref(count)):
         return None
     names = []
-    for ordinal in range(count.value):  # pragma: no mutate block (a GPU machine's driver)
+    for ordinal in range(count.value):
         device, name = ctypes.c_int(), ctypes.create_string_buffer(256)
         if cuda.cuDeviceGet(ctypes.byref(device), ordinal) or cuda.cuDeviceGetName(name, len(name), device):
             return None

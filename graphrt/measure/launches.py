@@ -76,7 +76,7 @@ def count_steps(steps: Sequence[CountedStep], device: torch.device) -> dict[str,
     same session, the process's first where nothing opened one before. Call it after all timing:
     the session leaves CUPTI attached, taxing every later launch.
     """
-    if device.type == "cuda":  # pragma: no mutate block (CUDA only)
+    if device.type == "cuda":
         return _count_cuda_steps(steps, device)
     counted = {}
     for step in steps:
@@ -91,7 +91,7 @@ def _run_uncounted(run: Callable[[], Any]) -> StepLaunches:
     return StepLaunches(ops=None)
 
 
-def _count_cuda_steps(steps: Sequence[CountedStep], device: torch.device) -> dict[str, StepLaunches]:  # pragma: no mutate block (CUDA only)
+def _count_cuda_steps(steps: Sequence[CountedStep], device: torch.device) -> dict[str, StepLaunches]:
     """Kernels that ran on the GPU and the host's launch and copy calls, per step, from one
     torch.profiler session.
 

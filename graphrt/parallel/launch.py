@@ -117,5 +117,5 @@ def refuse_early(options: dict[str, Any]) -> None:
     refuse_transformers(config, tp)
     split(config, 0, tp)
     cuda = options["device"] == "cuda" or (options["device"] == "auto" and torch.cuda.is_available())
-    if cuda and tp > (gpus := torch.cuda.device_count()):  # pragma: no mutate (CUDA only)
-        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")  # pragma: no mutate (CUDA only)
+    if cuda and tp > (gpus := torch.cuda.device_count()):
+        raise GraphrtError(f"--tp {tp}: one GPU per rank, and this machine has {gpus}")

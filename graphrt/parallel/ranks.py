@@ -78,7 +78,7 @@ def backend_for(device_type: str) -> str:
 
 def launched_device(device_type: str) -> torch.device:
     """The device of this process's rank: GPU `LOCAL_RANK` on CUDA (0 outside a launch), else the CPU."""
-    if device_type == "cuda":  # pragma: no mutate (CUDA only)
+    if device_type == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device(device_type)
 
@@ -86,7 +86,7 @@ def launched_device(device_type: str) -> torch.device:
 def join(device_type: str) -> Ranks:
     """Join the process group the launcher set up: NCCL and GPU `LOCAL_RANK` on CUDA, gloo on CPU."""
     world, device = int(os.environ["WORLD_SIZE"]), launched_device(device_type)
-    if device_type == "cuda":  # pragma: no mutate block (CUDA only)
+    if device_type == "cuda":
         if torch.cuda.device_count() <= device.index:
             raise GraphrtError(f"--tp {world}: one GPU per rank, and this machine has "
                                f"{torch.cuda.device_count()}")

@@ -42,7 +42,7 @@ def served_on(device: torch.device, device_memory_gib: float | None) -> tuple[Se
     planned on, or one of `device_memory_gib` (whose name and chip are then not known)."""
     if device_memory_gib is not None:
         return ServedOn(round(device_memory_gib * GIB), "", False), f"{device_memory_gib:g} GiB (--device-memory)"
-    if device.type == "cuda":  # pragma: no mutate block (CUDA only)
+    if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return (ServedOn(props.total_memory, props.name, props.major == 10),
                 f"{format_bytes(props.total_memory, 'GiB')}, {props.name}")

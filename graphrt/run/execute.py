@@ -193,7 +193,7 @@ def _check_device_usable(device: torch.device, mode: str, failure: BaseException
     one line, where the device no longer answers."""
     if device.type != "cuda":
         return
-    try:  # pragma: no mutate block (CUDA only)
+    try:
         torch.cuda.synchronize(device)
     except RuntimeError as error:
         raise GraphrtError(f"{mode}'s replay failed ({first_line(failure)}) and left the device unusable "

@@ -89,8 +89,8 @@ def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_c
     dispatch mode: its small cost per op falls on the whole call only, so the share is, if
     anything, understated. Compiled code refuses the mode (`countable_on_cpu` False).
     """
-    if device.type == "cuda":  # pragma: no mutate (CUDA only)
-        return _cuda_share(fn, device)  # pragma: no mutate (CUDA only)
+    if device.type == "cuda":
+        return _cuda_share(fn, device)
     if not countable_on_cpu:
         return None
     clock = _CollectiveClock()
@@ -100,7 +100,7 @@ def collective_share(fn: Callable[[], Any], device: torch.device, countable_on_c
     return shares.share(clock.seconds, time.perf_counter() - start)
 
 
-def _cuda_share(fn: Callable[[], Any], device: torch.device) -> float | None:  # pragma: no mutate block (CUDA only)
+def _cuda_share(fn: Callable[[], Any], device: torch.device) -> float | None:
     torch.cuda.synchronize(device)  # no earlier kernel runs inside the session
     with profiler_session(device) as session:
         fn()
