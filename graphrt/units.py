@@ -21,13 +21,15 @@ def format_count(n: float | None) -> str:
     return MISSING if n is None else f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
 
 
-def format_bytes(n: float, unit: str | None = None, digits: int = 1, smallest: str = "KiB") -> str:
-    """`n` bytes in `unit` to `digits` decimals ("3.000 MiB"); with no unit, in the largest that
-    keeps a figure of at least 1, down to `smallest` (512 -> "0.5 KiB"; with smallest "B",
-    "512 B": a size of a few tensors is shown in whole bytes)."""
+def format_bytes(n: float, unit: str | None = None, digits: int = 1, smallest: str = "KiB", largest: str = "TiB",
+                 grouped: bool = False) -> str:
+    """`n` bytes in `unit` to `digits` decimals ("3.000 MiB"); with no unit, in the largest from
+    `largest` down that keeps a figure of at least 1, down to `smallest` (512 -> "0.5 KiB"; with
+    smallest "B", "512 B": a size of a few tensors is shown in whole bytes). `grouped` puts
+    thousands apart ("1,010.0 MiB"), as a memory estimate reads."""
     if unit is None:
         units = list(BYTE_UNITS)
-        unit = next((u for u in units[:units.index(smallest)] if n >= BYTE_UNITS[u]), smallest)
+        unit = next((u for u in units[units.index(largest):units.index(smallest)] if n >= BYTE_UNITS[u]), smallest)
     if unit == "B":
         return f"{n:.0f} B"
-    return f"{n / BYTE_UNITS[unit]:.{digits}f} {unit}"
+    return f"{n / BYTE_UNITS[unit]:{',' if grouped else ''}.{digits}f} {unit}"

@@ -36,3 +36,16 @@ def test_a_size_in_a_given_unit_keeps_that_unit_and_its_digits():
     assert format_bytes(3 << 20, "MiB", 3) == "3.000 MiB"
     assert format_bytes(1 << 19, "MiB", 3) == "0.500 MiB"
     assert format_bytes(80 << 30, "GiB") == "80.0 GiB"
+
+
+def test_a_size_stops_at_the_largest_unit_it_is_given():
+    # the localizer's probe cost is said in MiB however large, as a tensor's size is
+    assert format_bytes(5000 << 20, smallest="B", largest="MiB") == "5000.0 MiB"
+    assert format_bytes(5000 << 20) == "4.9 GiB"
+
+
+def test_a_memory_estimate_keeps_thousands_apart():
+    from graphrt.run.footprint import size_text
+
+    assert size_text(1010 << 20) == format_bytes(1010 << 20, grouped=True) == "1,010.0 MiB"
+    assert format_bytes(1010 << 20) == "1010.0 MiB"

@@ -247,7 +247,7 @@ class Localization:
 
     def describe(self) -> str:
         d = self.difference
-        cost = f"probes: {self.copies} copies, {format_bytes(self.bytes, smallest='B')} per step"
+        cost = f"probes: {self.copies} copies, {format_bytes(self.bytes, smallest='B', largest='MiB')} per step"
         if self.verdict == "none":
             return (f"localized: no difference: every probe ({_PROBES}) matches eager over "
                     f"{self.steps} steps ({cost})")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from graphrt.errors import GraphrtError
 from graphrt.model.config import ModelConfig
-from graphrt.units import format_bytes
+from graphrt.run.footprint import size_text
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,19 @@ class Fit:
 
     def describe(self) -> str:
         """What the plan will measure, and the memory that takes at least."""
-        parts = ", ".join(f"{name} {format_bytes(n)}" for name, n in (
+        parts = ", ".join(f"{name} {size_text(n)}" for name, n in (
             ("parameters", self.parameters), ("KV cache", self.cache), ("graphs' logits", self.outputs),
             ("largest prefill's logits", self.prefill)))
-        free = "free memory unknown" if self.free is None else f"{format_bytes(self.free)} free on {self.where}"
+        free = "free memory unknown" if self.free is None else f"{size_text(self.free)} free on {self.where}"
         return (f"plan: measuring {len(self.sizes):,} sizes of 1..{self.sizes[-1]:,}, each eager and replayed; "
-                f"at least {format_bytes(self.needed)} ({parts}); {free}")
+                f"at least {size_text(self.needed)} ({parts}); {free}")
 
     def check(self) -> None:
         """Refuse, in one line, a measuring that needs more than the device has free."""
         if self.free is not None and self.needed > self.free:
             raise GraphrtError(
                 f"plan: measuring {len(self.sizes):,} sizes of 1..{self.sizes[-1]:,} needs at least "
-                f"{format_bytes(self.needed)} and {self.where} has {format_bytes(self.free)} free: plan for a "
+                f"{size_text(self.needed)} and {self.where} has {size_text(self.free)} free: plan for a "
                 "smaller largest batch (the traffic's, or the lists it is set against) or fewer sizes (--grid)")
 
 
@@ -69,5 +69,5 @@ def check_largest(config: ModelConfig, top: int, largest: int, prompt_len: int, 
     if free is not None and least.needed > free:
         runs_as = f", run as batch {top:,} by a list set against it," if top != largest else ""
         raise GraphrtError(
-            f"plan: the traffic's largest batch {largest:,}{runs_as} needs at least {format_bytes(least.needed)} "
-            f"on its own and {where} has {format_bytes(free)} free: plan for a smaller largest batch")
+            f"plan: the traffic's largest batch {largest:,}{runs_as} needs at least {size_text(least.needed)} "
+            f"on its own and {where} has {size_text(free)} free: plan for a smaller largest batch")

@@ -27,6 +27,11 @@ from graphrt.run.spec import RunSpec
 from graphrt.units import format_bytes
 
 
+def size_text(n: float) -> str:
+    """A memory figure as an estimate reads: the largest unit, thousands apart ("1,010.0 MiB")."""
+    return format_bytes(n, grouped=True)
+
+
 @dataclass(frozen=True)
 class Footprint:
     rows: int  # KV-cache rows
@@ -41,9 +46,9 @@ class Footprint:
         return self.weights + self.cache + self.prefill_logits + self.kept_logits
 
     def describe(self) -> str:
-        return (f"weights {format_bytes(self.weights)}, KV cache {format_bytes(self.cache)} ({self.rows:,} rows x "
-                f"{self.seq_len:,} positions), prefill logits {format_bytes(self.prefill_logits)}, "
-                f"logits kept {format_bytes(self.kept_logits)}")
+        return (f"weights {size_text(self.weights)}, KV cache {size_text(self.cache)} ({self.rows:,} rows x "
+                f"{self.seq_len:,} positions), prefill logits {size_text(self.prefill_logits)}, "
+                f"logits kept {size_text(self.kept_logits)}")
 
 
 def cache_rows(spec: RunSpec) -> int:
@@ -96,8 +101,8 @@ def check_fits(spec: RunSpec) -> str | None:
     where = hardware.device_name(device) if device.type == "cuda" else "this machine"
     each = f" on each of its {share} ranks" if share > 1 else ""
     if free is not None and need.needed > free:
-        raise GraphrtError(f"{_options(spec)}: the run needs at least {format_bytes(need.needed)}{each} "
-                           f"({need.describe()}) and {where} has {format_bytes(free)} free: give a smaller --batch")
+        raise GraphrtError(f"{_options(spec)}: the run needs at least {size_text(need.needed)}{each} "
+                           f"({need.describe()}) and {where} has {size_text(free)} free: give a smaller --batch")
     if free is None or need.needed < SAID_FROM * free:
         return None
-    return f"run: at least {format_bytes(need.needed)}{each} ({need.describe()}); {format_bytes(free)} free on {where}"
+    return f"run: at least {size_text(need.needed)}{each} ({need.describe()}); {size_text(free)} free on {where}"
