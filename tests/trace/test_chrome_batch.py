@@ -125,6 +125,7 @@ PLANTS = [
     ("args.graph id", 2**31, "graph id 2147483648 does not fit a toolsId", ("kernel",)),
     # -2**63 marks a kernel that states no stream: one that states it is refused, never read as unstated
     ("args.stream", -(2**63), "args.stream -9223372036854775808 is no stream's id", ("kernel",)),
+    ("args.graph node id", -(2**63), "graph node id -9223372036854775808 is no node's id", ("kernel",)),
 ]
 
 

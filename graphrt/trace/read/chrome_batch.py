@@ -185,6 +185,7 @@ def _graph_nodes(args: list[Args]) -> np.ndarray:
         node, graph = (np.array([0 if o else v for v, o in zip(column, odd.tolist())], dtype=np.int64)
                        for column in (nodes, graphs))
     odd |= (node != 0) & ((graph >= GRAPH_ID_BOUND) | (graph <= -GRAPH_ID_BOUND))  # numpy would wrap the toolsId
+    odd |= node == ABSENT  # refused, not read as a kernel from no graph
     tools = np.where(node == 0, ABSENT, np.where(graph != 0, (graph << 32) | (node & 0xFFFF_FFFF), node))
     for row in np.flatnonzero(odd).tolist():
         found = _ruled(row, graph_node, args[row])

@@ -135,6 +135,8 @@ def graph_node(args: Args) -> int | None:
     node = whole(args.graph_node or 0, "args.graph node id", "a graph node's id")
     if not node:
         return None
+    if node == -INT64:  # the column's mark of a kernel from no graph
+        raise UnusableField(f"graph node id {node} is no node's id: expected one above -2**63")
     graph = whole(args.graph or 0, "args.graph id", "an exec graph's id")
     if abs(graph) >= GRAPH_ID_BOUND:
         raise UnusableField(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
