@@ -120,6 +120,23 @@ def test_an_event_with_an_unusable_field_is_refused_naming_the_file_and_what_is_
     assert message.endswith("); expected name, ts and dur on every complete ('X') event")
 
 
+@pytest.mark.parametrize("written, number, said", [
+    ('"ts": 30', "1e400", ".ts: "), ('"dur": 103', "-1e400", ".dur: "),
+    ('"correlation": 3}', "1e400}", ".args.correlation: "),
+    ('"ts": 30', "1" + "0" * 5000, ".ts: ")])  # past a float's range; an integer of more digits than Python parses
+def test_a_number_past_what_the_decoder_takes_is_refused_naming_its_field(tmp_path, written, number, said):
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{n}", "ts": 10 * n, "dur": 100 + n, "pid": 1, "tid": 2,
+               "args": {"correlation": n}} for n in range(6)]
+    text = json.dumps({"traceEvents": events})
+    assert text.count(written) == 1  # the fourth event's
+    text = text.replace(written, written.split(": ")[0] + ": " + number)
+    path = tmp_path / "big.json"
+    path.write_text(text)
+    with pytest.raises(GraphrtError) as refused:
+        read_chrome_trace(path)
+    assert f"lacks a usable field (traceEvents[3]{said}" in str(refused.value)
+
+
 
 @pytest.mark.parametrize("field, value, said", [
     ("ts", 2**62, f"ts {2**62} and dur 1 µs end past 64 bits of nanoseconds"),

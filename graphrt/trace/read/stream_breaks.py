@@ -7,8 +7,8 @@ byte gives another (its input ran out) or none. `break_at` finds that byte by bi
 the error itself as the test; what an input that runs out gives is measured on `[` alone
 (`ran_out`), not known as words. The event a byte falls in is counted by walking the events with
 Python's own JSON parser (`event_at`), and the field an event's Struct refuses found by
-converting its fields one at a time (`wrong_field`), the event read as far as that byte
-(`value_up_to`). All of it runs only once a batch has failed to decode.
+decoding its fields one at a time with msgspec, by msgspec's own rules for numbers
+(`wrong_field`), the event read as far as that byte (`value_up_to`). All of it runs only once a batch has failed to decode.
 """
 
 from __future__ import annotations
@@ -77,10 +77,10 @@ def event_at(events: bytes | bytearray, at: int) -> tuple[int, int]:
         i, n = following, n + 1
 
 
-def value_up_to(events: bytes | bytearray, start: int, at: int) -> Any:
+def value_up_to(events: bytes | bytearray, start: int, at: int) -> msgspec.Raw | None:
     """The value that begins at byte `start`, as far as byte `at` (a field's value a decoder
     refused ends there, and what follows it may not have come yet), its objects and lists closed
-    there; None where that is not JSON either."""
+    there, as msgspec's raw JSON; None where that is not JSON either."""
     text = events[start:at + 1].decode("latin-1").rstrip(" \t\r\n,:")
     closers = []
     for token in _STRING_OR_BRACKET.findall(text):
@@ -88,32 +88,43 @@ def value_up_to(events: bytes | bytearray, start: int, at: int) -> Any:
             closers.append("]" if token == "[" else "}")
         elif token in "]}" and closers:
             closers.pop()
+    closed = (text + "".join(reversed(closers))).encode("latin-1")
     try:
-        return json.loads(text + "".join(reversed(closers)))
-    except (ValueError, RecursionError):
+        return msgspec.json.decode(closed, type=msgspec.Raw)  # well-formed, or None
+    except (msgspec.MsgspecError, RecursionError):
         return None
 
 
-def wrong_field(value: Any, struct: type[msgspec.Struct]) -> tuple[str, str]:
+def wrong_field(value: msgspec.Raw, struct: type[msgspec.Struct]) -> tuple[str, str]:
     """(the path of the field of `value` that `struct` refuses, such as `.args.stream`, and what
     msgspec expected there); ("", why) where it refuses the value as a whole (not an object, a
-    required field missing)."""
-    if isinstance(value, dict):
+    required field missing). Each field is decoded from its own JSON by msgspec, whose rules for
+    numbers (a float past 1e308, an integer past 64 bits) are the ones that refused it."""
+    fields = _fields(value)
+    if fields is not None:
         for field in msgspec.structs.fields(struct):
-            if field.encode_name not in value:
+            if field.encode_name not in fields:
                 continue
-            inner = value[field.encode_name]
+            inner = fields[field.encode_name]
             try:
-                msgspec.convert(inner, field.type)
+                msgspec.json.decode(inner, type=field.type)
             except msgspec.ValidationError as error:
                 nested = next((t for t in get_args(field.type) if isinstance(t, type) and
                                issubclass(t, msgspec.Struct)), None)
-                if nested is not None and isinstance(inner, dict):
+                if nested is not None and _fields(inner) is not None:
                     path, what = wrong_field(inner, nested)
                     return f".{field.encode_name}{path}", what
                 return f".{field.encode_name}", str(error)
     try:
-        msgspec.convert(value, struct)
+        msgspec.json.decode(value, type=struct)
     except msgspec.ValidationError as error:
         return "", str(error)
     return "", "refused by the JSON decoder, though each of its fields converts"
+
+
+def _fields(value: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """An object's fields, each as its raw JSON; None where `value` is no object."""
+    try:
+        return msgspec.json.decode(value, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        return None
