@@ -135,7 +135,8 @@ class Session:
         while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
-        if words[0] == "graphrt" and "--tp" not in words:  # --tp's ranks run the process's own command line again
+        # --tp's ranks run the command line their process was started with: a process of its own
+        if words[0] == "graphrt" and not any(w == "--tp" or w.startswith("--tp=") for w in words):
             code, output = self.run_here(self.here(words)[1:], env)
         else:
             done = subprocess.run(self.argv(words), cwd=self.cwd, env={**os.environ, **env}, capture_output=True,
