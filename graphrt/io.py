@@ -19,6 +19,9 @@ def _umask() -> int:
 
 
 def _temp_beside(path: Path) -> tuple[int, str]:
+    """A temporary file in `path`'s folder, made with the folders above it where missing."""
+    if file := next((p for p in path.parents if p.is_file()), None):
+        raise GraphrtError(f"{path}: cannot write here ({file} is a file, not a folder)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -198,3 +198,11 @@ def test_json_onto_a_directory_is_refused_before_the_run(cli, tmp_path):
     result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager", "--json", out)
     one_line_error(result, f"File '{out}' is a directory", code=2)
     assert [p.name for p in out.iterdir()] == ["inside"]
+
+
+def test_a_path_under_a_file_is_refused_before_the_run_naming_the_file(cli, tmp_path):
+    (tmp_path / "notes").write_text("a file, not a folder")
+    out = tmp_path / "notes" / "run.json"
+    result = cli("run", "--model", "tiny", "--steps", 4, "--mode", "eager", "--json", out)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {out}: cannot write here ({tmp_path / 'notes'} is a file, not a folder)"
