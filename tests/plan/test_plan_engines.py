@@ -211,6 +211,23 @@ def test_sglang_speculative_decoding_captures_its_own_list_in_a_pool_of_48_unles
     assert uno.sizes[-1] == 256 and "max_running_requests" not in uno.assumed
 
 
+def test_sglang_captures_up_to_a_decode_max_batch_given_past_its_memory_tier():
+    listed = sglang.capture_list({"cuda_graph_max_bs_decode": 400}, H100)  # the tier alone would stop at 256
+    assert listed.sizes[-2:] == (384, 400) and listed.padding and listed.name == sglang.LISTED
+
+
+def test_sglang_says_each_setting_its_list_depends_on_as_it_resolved_it():
+    assert sglang.capture_list({}, H100).assumed == {
+        "tp_size": 1, "cuda_graph_max_bs_decode": 256, "disable_cuda_graph_padding": False}
+    # a smaller request pool cuts the decode max batch itself, not only the list
+    assert sglang.capture_list({"max_running_requests": 64, "disable_cuda_graph_padding": True}, L40).assumed == {
+        "tp_size": 1, "cuda_graph_max_bs_decode": 32, "disable_cuda_graph_padding": True, "max_running_requests": 64}
+    assert sglang.capture_list({"max_running_requests": 64}, H100).assumed["cuda_graph_max_bs_decode"] == 64
+    assert sglang.capture_list({"speculative_algorithm": "EAGLE", "tp_size": 4}, H100).assumed == {
+        "tp_size": 4, "cuda_graph_max_bs_decode": 512, "disable_cuda_graph_padding": False,
+        "speculative_algorithm": "EAGLE", "max_running_requests": 48}
+
+
 # -- TensorRT-LLM -------------------------------------------------------------------------------
 
 def test_tensorrt_llm_1_0_captures_1_to_31_32_64_128_then_powers_of_two_and_the_max_itself():
