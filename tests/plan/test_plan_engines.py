@@ -285,6 +285,42 @@ def test_tensorrt_llm_speculative_decoding_divides_the_tokens_by_one_plus_the_dr
         tensorrt_llm.capture_lists({"max_num_tokens": 2, "speculative_config.max_draft_len": 3})
 
 
+def test_tensorrt_llm_says_each_setting_its_lists_depend_on_and_that_padding_is_off_unless_given():
+    (default,) = tensorrt_llm.capture_lists({})
+    assert default.padding is False and default.assumed == {
+        "cuda_graph_config.max_batch_size": 128, "cuda_graph_config.enable_padding": False,
+        "max_batch_size": 2048, "max_num_tokens": 8192}
+    both = tensorrt_llm.capture_lists({"cuda_graph_config.enable_padding": True, "cuda_graph_config.max_batch_size": 256,
+                                       "speculative_config.max_draft_len": 3})
+    assert [listed.padding for listed in both] == [True, True]
+    assert both[1].assumed == {"cuda_graph_config.max_batch_size": 256, "cuda_graph_config.enable_padding": True,
+                               "max_batch_size": 2048, "max_num_tokens": 8192, "speculative_config.max_draft_len": 3}
+
+
+def test_tensorrt_llm_takes_a_token_budget_of_exactly_one_decode_request():
+    (one,) = tensorrt_llm.capture_lists({"max_num_tokens": 4, "speculative_config.max_draft_len": 3})
+    assert one.sizes == (1,)
+
+
+def test_vllm_takes_the_model_length_and_the_token_budget_given_as_they_are():
+    listed = vllm.capture_list({"max_model_len": 16}, H100, max_model_len=32768)
+    assert listed.assumed["max_model_len"] == 16  # the setting, not the checkpoint's length
+    assert listed.assumed["max_num_batched_tokens"] == 8192  # 1024 sequences x 16 positions bound nothing
+    given = vllm.capture_list({"max_num_batched_tokens": 100_000, "max_num_seqs": 4}, H100, max_model_len=1024)
+    assert given.assumed["max_num_batched_tokens"] == 100_000  # given: not cut to 4 x 1024
+
+
+def test_vllm_serve_in_the_interactivity_mode_captures_every_size_to_32():
+    listed = vllm.capture_list({"performance_mode": "interactivity"}, H100, max_model_len=32768)
+    assert listed.sizes[:33] == (*range(1, 33), 40) and listed.assumed["performance_mode"] == "interactivity"
+
+
+def test_vllm_speculative_decode_batches_count_requests_of_1_plus_k_tokens():
+    listed = vllm.capture_list({"max_num_seqs": 64, "speculative_config.num_speculative_tokens": 3}, H100, 32768)
+    # each size of tokens replays a decode batch of size / 4 requests: 24 tokens are 6 requests
+    assert listed.decode_sizes()[:5] == (1, 2, 4, 6, 8) and listed.decode_sizes()[-1] == 64
+
+
 def test_a_speculative_setting_is_read_by_each_engine_under_its_own_name():
     # where the limits bind: vLLM's cap of 2 * 100 rises to 512; TensorRT-LLM's 256 tokens hold 64 requests
     limits = ["vllm.max_num_seqs=100", "tensorrt_llm.max_num_tokens=256"]
