@@ -67,6 +67,17 @@ def test_a_measuring_that_needs_more_than_the_device_has_free_is_refused_in_one_
     plan_fit.fit(TINY, sizes[:8], prompt_len=16, steps=16, itemsize=4, free=16 << 30, where="here").check()
 
 
+def test_what_a_measuring_takes_is_said_part_by_part_with_the_free_memory_or_that_it_is_unknown():
+    fit = plan_fit.Fit((1, 2, 4), parameters=3 << 30, cache=12 << 20, outputs=1010 << 20, prefill=512 << 10,
+                       free=80 << 30, where="NVIDIA H100 80GB HBM3")
+    assert fit.describe() == (
+        "plan: measuring 3 sizes of 1..4, each eager and replayed; at least 4.0 GiB (parameters 3.0 GiB, "
+        "KV cache 12.0 MiB, graphs' logits 1,010.0 MiB, largest prefill's logits 512.0 KiB); "
+        "80.0 GiB free on NVIDIA H100 80GB HBM3")
+    unknown = plan_fit.Fit((1,), parameters=1 << 20, cache=0, outputs=0, prefill=0, free=None, where="here")
+    assert unknown.describe().endswith("; free memory unknown")
+
+
 def test_plan_refuses_such_a_traffic_before_loading_anything_and_says_what_it_would_measure(cli, tmp_path):
     traffic = tmp_path / "traffic.json"
     traffic.write_text('{"1": 10, "100000": 1}')
