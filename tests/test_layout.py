@@ -170,6 +170,13 @@ def test_trace_reading_and_analysing_format_no_tables_or_pictures():
     assert not wrong, wrong
 
 
+def test_every_table_analyze_prints_goes_through_the_one_that_cuts_long_names():
+    # a trace's names are its program's: only graphrt.trace.present.text_table calls tabulate
+    direct = [name for name, path in MODULES.items()
+              if _stage(name) == 2 and "tabulate" in _outside_imports(path) and name != "graphrt.trace.present.text_table"]
+    assert not direct, direct
+
+
 def test_no_module_imports_itself_through_others():
     graph = {name: _imports(path) - {name} for name, path in MODULES.items()}
     # a package's __init__ is imported on the way to each of its modules: only edges a module

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from graphrt.measure.collective_share import OF
 from graphrt.trace.analysis.rank_steps import RankGroup, by_group, slowest_steps
-from graphrt.units import format_us
+from graphrt.trace.present.text_table import table
+from graphrt.units import MISSING, format_us
+from graphrt.vocab import UNKNOWN
 
 
 def _share(share: float | None) -> str:
-    return "-" if share is None else f"{share:.1%}"
+    return MISSING if share is None else f"{share:.1%}"
 
 
 def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
@@ -24,14 +24,13 @@ def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
         for g in groups:
             unit, work = g.work
             rows.append((name, g.rank, len(g.group.steps), format_us(g.group.medians["wall_ns"]),
-                         "unknown" if work is None else f"{work:,.0f} {unit}",
+                         UNKNOWN if work is None else f"{work:,.0f} {unit}",
                          f"{g.group.medians['launches']:,.0f}", _share(g.collective_share)))
     measures = dict.fromkeys(g.measure for groups in ranks for g in groups if g.measure is not None)
     out = [f"== {source}: {len(ranks)} ranks",
            "Per rank (median per step; collective %: "
            f"{'; or '.join(OF[m] for m in measures) or 'no step to tell'})",
-           tabulate(rows, headers=["steps", "rank", "count", "step µs", "work", "launch calls", "collective %"],
-                    disable_numparse=True)]
+           table(rows, headers=["steps", "rank", "count", "step µs", "work", "launch calls", "collective %"])]
     for name, groups in by_group(ranks).items():
         if len(groups) < 2:
             continue
@@ -39,11 +38,10 @@ def format_ranks(source: Path, ranks: list[list[RankGroup]]) -> str:
         counts = {g.rank: sum(s.rank == g.rank for s in slow) for g in groups}
         tally = ", ".join(f"rank {r} in {n}" for r, n in counts.items() if n)
         out += ["", f"{name}: the slowest rank per step ({tally} of {len(slow)} steps)",
-                tabulate([(s.index, s.rank, format_us(s.wall_ns), format_us(s.ahead_ns),
-                           f"{s.ahead_ns / (s.wall_ns - s.ahead_ns):.0%}" if s.wall_ns > s.ahead_ns else "-")
-                          for s in slow],
-                         headers=["step", "slowest rank", "step µs", "over the fastest µs", "over the fastest %"],
-                         disable_numparse=True)]
+                table([(s.index, s.rank, format_us(s.wall_ns), format_us(s.ahead_ns),
+                        f"{s.ahead_ns / (s.wall_ns - s.ahead_ns):.0%}" if s.wall_ns > s.ahead_ns else MISSING)
+                       for s in slow],
+                      headers=["step", "slowest rank", "step µs", "over the fastest µs", "over the fastest %"])]
     return "\n".join(out)
 
 
