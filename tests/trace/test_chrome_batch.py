@@ -163,6 +163,16 @@ def test_the_first_event_holding_a_refused_value_is_the_one_named(tmp_path_facto
     assert f"(traceEvents[{first}]" in str(refused.value) and said[first] in str(refused.value)
 
 
+@pytest.mark.parametrize("field, value, words, cats", PLANTS, ids=[p[0] for p in PLANTS])
+def test_each_refused_value_alone_is_named_by_its_event(tmp_path, field, value, words, cats):
+    # the property test above draws the plants at random; here each is planted once, in the third event
+    events = [_usual(n, cats[0]) for n in range(5)]
+    _plant(events[2], field, value)
+    with pytest.raises(GraphrtError) as refused:
+        read_chrome_trace(_write(tmp_path, events))
+    assert "(traceEvents[2]" in str(refused.value) and words in str(refused.value)
+
+
 def test_of_two_refused_fields_of_one_event_the_one_the_rules_check_first_is_named(tmp_path):
     event = {**_usual(0, "kernel"), "dur": -1}
     event["args"]["device"] = "gpu0"  # a kernel's device is read after its time
