@@ -8,10 +8,10 @@ import inspect
 import os
 import shutil
 import sqlite3
-import sys
 import textwrap
 from pathlib import Path
 
+import nsys_runs
 import nvtx
 import pytest
 import torch
@@ -22,7 +22,6 @@ from graphrt.graphs import capture
 from graphrt.measure import nvtx as gn, range_names
 from graphrt.model.config import PRESETS
 from graphrt.model.weights import build_model
-from graphrt.trace.record.nsys_profile import run_bounded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -582,17 +581,10 @@ NSYS_SCRIPT = textwrap.dedent("""
 def test_nsys_records_every_range_nested_and_coloured(tmp_path):
     script = tmp_path / "ranges.py"
     script.write_text(NSYS_SCRIPT)
-    report = tmp_path / "ranges"
-    # sampling and context-switch tracing off: without a GPU, nsys 2022.4's agent never ends
-    # otherwise; run_bounded kills whatever nsys leaves behind if it overruns
-    run = run_bounded(["nsys", "profile", "-t", "nvtx", "-s", "none", "--cpuctxsw=none",
-                       "-o", str(report), "-f", "true", sys.executable, str(script)],
-                      timeout_s=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = nsys_runs.profile(script, tmp_path / "ranges", "-t", "nvtx", env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "warning: None attached: True" in run.stdout, run.stdout + run.stderr
-    export = run_bounded(["nsys", "export", "--type", "sqlite", "-f", "true", "-o",
-                          f"{report}.sqlite", f"{report}.nsys-rep"], timeout_s=300)
-    assert export.returncode == 0, export.stderr
-    with sqlite3.connect(f"{report}.sqlite") as db:
+    export = nsys_runs.export(tmp_path / "ranges.nsys-rep", tmp_path / "ranges.sqlite")
+    with sqlite3.connect(export) as db:
         domain_id = db.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 "
                                "AND text = ?", (gn.DOMAIN_NAME,)).fetchone()[0]
         rows = db.execute(

@@ -17,11 +17,10 @@ import gzip
 import json
 import re
 import shutil
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
+import nsys_runs
 import pytest
 from click.testing import CliRunner
 from docs_pages import ROOT, examples
@@ -357,17 +356,12 @@ for i, (ctx, tokens, gen) in enumerate([(2, 512, 0), (0, 0, 8), (0, 0, 8), (1, 1
 @pytest.mark.processes
 @pytest.mark.nsys
 def test_tensorrt_llms_nvtx_step_ranges_make_its_steps_in_an_nsight_systems_trace(tmp_path):
-    nsys = shutil.which("nsys")
-    if nsys is None:
+    if shutil.which("nsys") is None:
         pytest.skip("nsys (Nsight Systems CLI) not on PATH")
     script = tmp_path / "executor.py"
     script.write_text(TRTLLM_SCRIPT)
-    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-f", "true",
-                    "-o", str(tmp_path / "executor"), sys.executable, str(script)],
-                   check=True, capture_output=True, timeout=300)
-    export = tmp_path / "executor.sqlite"
-    subprocess.run([nsys, "export", "-t", "sqlite", "-q", "true", "-f", "true", "-o", str(export),
-                    str(tmp_path / "executor.nsys-rep")], check=True, capture_output=True, timeout=300)
+    nsys_runs.profile(script, tmp_path / "executor", "-t", "nvtx,osrt")
+    export = nsys_runs.export(tmp_path / "executor.nsys-rep", tmp_path / "executor.sqlite")
     code, text, err, figures = analyze(tmp_path, export, "--fail-on-eager-decode")
     steps = figures["traces"][0]["steps"]
     assert [(s["engine"], s["phase"], s["batch"]) for s in steps] == [

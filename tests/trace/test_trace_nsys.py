@@ -8,12 +8,11 @@ import csv
 import io
 import shutil
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from contextlib import closing
 from pathlib import Path
 
+import nsys_runs
 import pytest
 
 from graphrt.errors import GraphrtError
@@ -172,21 +171,14 @@ NVTX_SCRIPT = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """An NVTX-only trace of NVTX_SCRIPT: (report path, its SQLite export)."""
-    nsys = shutil.which("nsys")
-    if nsys is None:
+    if shutil.which("nsys") is None:
         pytest.skip("nsys (Nsight Systems CLI) not on PATH")
     tmp = tmp_path_factory.mktemp("nsys")
     script = tmp / "ranges.py"
     script.write_text(NVTX_SCRIPT)
-    # no CPU sampling or context-switch tracing: they need perf events that VMs and containers
-    # often refuse, and nsys 2022.4 then hangs instead of failing
-    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-                    "-f", "true", "-o", str(tmp / "ranges"), sys.executable, str(script)],
-                   check=True, capture_output=True, timeout=300)
+    nsys_runs.profile(script, tmp / "ranges", "-t", "nvtx,osrt")
     report = tmp / "ranges.nsys-rep"
-    export = tmp / "exported.sqlite"
-    subprocess.run([nsys, "export", "-t", "sqlite", "-q", "true", "-f", "true", "-o", str(export),
-                    str(report)], check=True, capture_output=True, timeout=300)
+    export = nsys_runs.export(report, tmp / "exported.sqlite")
     return report, export
 
 
@@ -194,9 +186,7 @@ def recorded(tmp_path_factory):
 @pytest.mark.nsys
 def test_range_totals_agree_with_nsys_stats(recorded):
     _, export = recorded
-    stats = subprocess.run(["nsys", "stats", "-q", "-r", "nvtxsum", "-f", "csv", "-o", "-", str(export)],
-                           check=True, capture_output=True, text=True, timeout=300).stdout
-    rows = list(csv.DictReader(io.StringIO(stats[stats.index("Time (%)"):])))
+    rows = list(csv.DictReader(io.StringIO(nsys_runs.nvtx_sums(export))))
     # nvtxsum names a range `domain:name`, or just `name` in the default domain
     expected = {row["Range"]: (int(row["Instances"]), int(row["Total Time (ns)"])) for row in rows}
     report = analyze(load_trace(export))
@@ -222,7 +212,8 @@ def test_an_nvtx_only_trace_reports_steps_and_says_it_has_no_kernels(recorded):
 @pytest.mark.nsys
 def test_a_report_is_exported_beside_itself_and_read(recorded):
     report_path, export = recorded
-    from_report = load_trace(report_path)
+    with nsys_runs.one_at_a_time():  # exports the report with nsys
+        from_report = load_trace(report_path)
     assert report_path.with_suffix(".sqlite").is_file()
     assert from_report.source == str(report_path)
     assert from_report.ranges == load_trace(export).ranges

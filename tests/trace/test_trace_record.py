@@ -9,12 +9,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+import nsys_runs
 import pytest
 import torch
 from click.testing import CliRunner
@@ -79,7 +79,8 @@ def _only_dir(parent: Path) -> Path:
 def nsys_eager(tmp_path_factory) -> tuple[Path, str]:
     """`graphrt trace --profiler nsys --mode eager` of tiny: the trace directory and what it printed."""
     out = tmp_path_factory.mktemp("traces")
-    result = _invoke("trace", "--profiler", "nsys", "--mode", "eager", *TINY, "--out", out)
+    with nsys_runs.one_at_a_time():
+        result = _invoke("trace", "--profiler", "nsys", "--mode", "eager", *TINY, "--out", out)
     assert result.exit_code == 0, result.output
     return _only_dir(out), result.output
 
@@ -119,9 +120,7 @@ def test_analyze_of_the_nsys_trace_agrees_with_nsys_stats(nsys_eager, eager_step
     for name in set(modules):
         assert by_name[("graphrt", name)].count == RECORDED_STEPS * modules.count(name)
 
-    stats = subprocess.run(["nsys", "stats", "-r", "nvtxsum", "-f", "csv", "-o", "-", str(sqlite)],
-                           capture_output=True, text=True, timeout=300, check=True).stdout
-    table = stats[stats.index("Time (%)"):]
+    table = nsys_runs.nvtx_sums(sqlite)
     nvtxsum = {row["Range"]: row for row in csv.DictReader(table.splitlines()) if row["Range"]}
     assert set(nvtxsum) == {f"{domain}:{name}" for domain, name in by_name}
     for (domain, name), figures in by_name.items():
@@ -134,8 +133,9 @@ def test_analyze_of_the_nsys_trace_agrees_with_nsys_stats(nsys_eager, eager_step
 @needs_nsys
 def test_a_failing_recorded_process_is_one_line_and_leaves_nothing(tmp_path):
     # the graph backend refuses batch 3 with buckets up to 2, in the process nsys started
-    result = _invoke("trace", "--profiler", "nsys", "--mode", "graph", *TINY, "--batch", 3,
-                     "--buckets", "1,2", "--out", tmp_path)
+    with nsys_runs.one_at_a_time():
+        result = _invoke("trace", "--profiler", "nsys", "--mode", "graph", *TINY, "--batch", 3,
+                         "--buckets", "1,2", "--out", tmp_path)
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1] == (
         "error: nsys profile of the graph decode failed (exit status 1): error: batch 3 exceeds "
