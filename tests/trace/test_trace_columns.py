@@ -4,6 +4,7 @@ order, and a kernel links to the latest call of its key that began by its start.
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings, strategies as st
 
 from graphrt.trace.read.columns import ABSENT
 from graphrt.trace.read.events import Kernel, Kernels, link_launches
@@ -46,6 +47,31 @@ def test_a_kernel_links_to_a_call_that_began_at_its_start_but_not_after():
     # calls: key 7 at t=10 and t=20, key 8 at t=15
     calls = ([7, 8, 7], [10, 15, 20])
     assert _link(*calls, [7, 7, 7, 8, 8, 9], [20, 19, 9, 15, 14, 30]) == [2, 0, None, 1, None, None]
+
+
+ITEMS = st.tuples(st.integers(0, 1), st.integers(0, 5), st.integers(0, 20))  # (pid, correlation, start)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ITEMS, max_size=40), st.lists(ITEMS, max_size=20), st.booleans())
+def test_each_kernel_links_to_the_last_call_of_its_key_that_began_by_its_start(calls, kernels, with_pid):
+    """Against the rule as it reads, call by call; a key of one part (correlation) or of two
+    (pid, correlation)."""
+    calls.sort(key=lambda c: c[2])  # calls come in start order
+
+    def key(item: tuple) -> tuple:
+        return item[:2] if with_pid else item[1:2]
+
+    def launched_by(kernel: tuple) -> int | None:
+        began = [i for i, call in enumerate(calls) if key(call) == key(kernel) and call[2] <= kernel[2]]
+        return began[-1] if began else None
+
+    def keys(items: list) -> np.ndarray:
+        return np.array([key(i) for i in items], dtype=np.int64).reshape(len(items), 2 if with_pid else 1)
+
+    found = link_launches(keys(calls), np.array([c[2] for c in calls], dtype=np.int64),
+                          keys(kernels), np.array([k[2] for k in kernels], dtype=np.int64))
+    assert [None if i == ABSENT else i for i in found.tolist()] == [launched_by(k) for k in kernels]
 
 
 def test_iterating_a_table_gives_the_rows_indexing_gives_however_many():

@@ -109,8 +109,12 @@ class Table(Sequence[T]):
         order = np.argsort(self.ints("start_ns"), kind="stable")
         if np.all(order[1:] > order[:-1]):
             return order
+        # in place, a column at a time, so a table of millions of rows is never held twice; the
+        # text columns' order is read a few thousand rows at a time, not as a Python int per row
         for name in self._ints:
-            self.set_ints(name, self.ints(name)[order])
+            column = self.ints(name)
+            column[:] = column[order]
         for column in self._strs.values():
-            column[:] = [column[i] for i in order.tolist()]
+            column[:] = [column[i] for start in range(0, len(order), _ROWS_AT_ONCE)
+                         for i in order[start:start + _ROWS_AT_ONCE].tolist()]
         return order

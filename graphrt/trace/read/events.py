@@ -160,19 +160,32 @@ def link_launches(call_keys: np.ndarray, call_starts: np.ndarray, kernel_keys: n
     kernel started: a kernel cannot start before the call that launched it began. ABSENT where
     every call with the key began after it (a cut trace can hold the other half of a collision).
 
-    Vectorised: each key is numbered densely, the calls sorted by (key number, index), and each
-    kernel looks for the last call of its key among those that began by its start."""
+    Vectorised, in a few arrays the size of the calls (a trace can hold millions): the calls are
+    sorted by (key, index), each key numbered among the calls' keys, and each kernel looks for
+    the last call of its key among those that began by its start."""
     n = len(call_starts)
     if n == 0 or len(kernel_starts) == 0:
         return np.full(len(kernel_starts), ABSENT, dtype=np.int64)
-    dense = _dense(np.concatenate([call_keys, kernel_keys]))
-    call_key, kernel_key = dense[:n], dense[n:]
+    if call_keys.shape[1] == 1:
+        call_key, kernel_key = call_keys[:, 0], kernel_keys[:, 0]
+    else:  # one number for each distinct key of several parts
+        dense = _dense(np.concatenate([call_keys, kernel_keys]))
+        call_key, kernel_key = dense[:n], dense[n:]
     by_key = np.argsort(call_key, kind="stable")  # by key, then by index (start order)
-    composite = call_key[by_key] * (n + 1) + by_key
+    keys = call_key[by_key]
+    first = np.minimum(np.searchsorted(keys, kernel_key), n - 1)  # the kernel's key's first call
+    known = keys[first] == kernel_key
+    # (the key's number among the calls' keys, the call's index) as one int64, ascending
+    composite = np.zeros(n, dtype=np.int64)
+    np.cumsum(keys[1:] != keys[:-1], out=composite[1:])
+    del keys
+    kernel_number = composite[first]
+    composite *= n + 1
+    composite += by_key
     begun = np.searchsorted(call_starts, kernel_starts, side="right")  # calls that began by then
-    j = np.searchsorted(composite, kernel_key * (n + 1) + begun, side="left") - 1
-    found = (j >= 0) & (call_key[by_key[np.maximum(j, 0)]] == kernel_key)
-    return np.where(found, by_key[np.maximum(j, 0)], ABSENT)
+    j = np.maximum(np.searchsorted(composite, kernel_number * (n + 1) + begun) - 1, 0)
+    found = known & (composite[j] // (n + 1) == kernel_number) & (by_key[j] < begun)
+    return np.where(found, by_key[j], ABSENT)
 
 
 def _dense(keys: np.ndarray) -> np.ndarray:
