@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphrt.trace.analysis.attribution import Attribution, carry_over
-from graphrt.trace.analysis.membership import NONE, call_kinds, innermost_open, parent_of_each
+from graphrt.trace.analysis.membership import NONE, Launched, call_kinds, innermost_open, parent_of_each
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.analysis.timeline import StepTimeline
 from graphrt.trace.read.chrome_events import MODULE_FRAME
@@ -95,7 +95,7 @@ def captures(trace: Trace) -> list[CaptureGroup]:
     if not windows:
         return []
     calls, frames, ops = trace.api_calls, trace.frames, trace.cpu_ops
-    launched = np.array([i for i, k in enumerate(call_kinds(calls)) if k == "kernel"], dtype=np.int64)
+    launched = np.flatnonzero(call_kinds(calls) == Launched.KERNEL)
     frame_parent, op_parent = parent_of_each(frames), parent_of_each(ops)
     frame_at, op_at = (innermost_open(frames, frame_parent, calls, launched),
                        innermost_open(ops, op_parent, calls, launched))

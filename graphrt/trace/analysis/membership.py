@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
@@ -35,20 +36,42 @@ from graphrt.trace.read.events import ApiCalls, Ranges, Trace
 NONE = -1  # no range, in the index arrays below
 
 
-def call_kinds(calls: ApiCalls) -> list[str | None]:
-    """Per call, graphrt.measure.launch_names.launch_kind of its name (worked out once per name)."""
-    kinds: dict[str, str | None] = {}
-    return [kinds[n] if n in kinds else kinds.setdefault(n, launch_kind(n)) for n in calls.strings("name")]
+class Launched(IntEnum):
+    """What an API call launches (graphrt.measure.launch_names.launch_kind), as `call_kinds` codes it."""
+
+    NOTHING = 0
+    KERNEL = 1
+    GRAPH = 2
+
+
+_LAUNCHES = {None: Launched.NOTHING, "kernel": Launched.KERNEL, "graph": Launched.GRAPH}
+
+
+def call_kinds(calls: ApiCalls) -> np.ndarray:
+    """Per call, what it launches: a `Launched` code, one byte a call (int8), worked out once per
+    distinct name. (A list of kinds would hold 8 bytes a call: 21 MB in a trace of 2.7 M calls.)"""
+    names = calls.strings("name")
+    code = {name: _LAUNCHES[launch_kind(name)] for name in set(names)}
+    return np.fromiter(map(code.__getitem__, names), dtype=np.int8, count=len(names))
 
 
 def _threads(spans: Table, rows: np.ndarray | None = None) -> list[np.ndarray]:
-    """The rows (all, or `rows`) on each thread, by start; of two with the same start, longer first."""
-    rows = np.arange(len(spans)) if rows is None else rows
-    pids, tids = spans.ints("pid")[rows], spans.ints("tid")[rows]
-    order = rows[np.lexsort((-spans.ints("end_ns")[rows], spans.ints("start_ns")[rows], tids, pids))]
-    p, t = spans.ints("pid")[order], spans.ints("tid")[order]
-    breaks = np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1
-    return np.split(order, breaks) if len(order) else []
+    """The rows (all, or `rows`) on each thread, by start; of two with the same start, longer first.
+    Over all rows the columns are sorted as they are, so a table of millions of rows is copied
+    twice at most (its order, and one column at a time)."""
+    pids, tids, starts, ends = (spans.ints(c) if rows is None else spans.ints(c)[rows]
+                                for c in ("pid", "tid", "start_ns", "end_ns"))
+    order = np.lexsort((np.negative(ends), starts, tids, pids))
+    if not len(order):
+        return []
+    breaks = np.zeros(len(order) - 1, dtype=bool)  # where the next row is on another thread
+    for column in (pids, tids):
+        on = column[order]
+        breaks |= on[1:] != on[:-1]
+        del on
+    if rows is not None:
+        order = rows[order]
+    return np.split(order, np.flatnonzero(breaks) + 1)
 
 
 def parent_of_each(spans: Table) -> np.ndarray:
@@ -108,19 +131,25 @@ class Members(Sequence[np.ndarray]):
     def of(cls, parent: np.ndarray, items: np.ndarray, homes: np.ndarray,
            extra: tuple[np.ndarray, np.ndarray] | None = None) -> Members:
         """Each item counts for its innermost range (its home, or NONE) and every range around
-        it, in the order of `items`; then `extra` (ranges, items), in its order."""
-        pairs = []  # (ranges, items, the order each pair is listed in), a level of nesting at a time
-        at, seq = homes, np.arange(len(items))
-        while len(at):
+        it, in the order of `items`; then `extra` (ranges, items), in its order.
+
+        Each membership is one int64, (range, the item's place in that order), sorted: a trace
+        of millions of items holds 16 bytes per membership at most while they are made."""
+        ranges, extra_items = extra if extra is not None else (np.zeros(0, np.int64),) * 2
+        places = len(items) + len(extra_items) + 1
+        levels = [ranges * places + len(items) + np.arange(len(extra_items))]
+        at, place = homes, np.arange(len(items))
+        while len(at):  # a level of nesting at a time: the items' homes, their parents, ...
             live = at != NONE
-            at, items, seq = at[live], items[live], seq[live]
-            pairs.append((at, items, seq))
+            at, place = at[live], place[live]
+            levels.append(at * places + place)
             at = parent[at]
-        if extra is not None:
-            pairs.append((*extra, len(homes) + np.arange(len(extra[1]))))
-        owner, member, seq = (joined(column) for column in zip(*pairs)) if pairs else (joined(()),) * 3
-        by_range = np.lexsort((seq, owner))
-        return cls(member[by_range], np.searchsorted(owner[by_range], np.arange(len(parent) + 1)))
+        keys = joined(levels)
+        del levels
+        keys.sort()
+        bounds = np.searchsorted(keys, np.arange(len(parent) + 1) * places)
+        keys %= places
+        return cls(np.concatenate([items, extra_items])[keys], bounds)
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -146,6 +175,7 @@ class Membership:
     """Which items belong to each range (by index into the trace's lists), nested ranges included."""
 
     parent: list[int | None]  # per range: the innermost range around it on its thread
+    launch_kinds: np.ndarray  # per API call: what it launches (a Launched code, call_kinds)
     kernels: Members  # per range: kernels launched inside it
     launches: Members  # per range: launch API calls made inside it
     ops: Members  # per range: top-level CPU ops run inside it
@@ -159,37 +189,39 @@ class Membership:
         ranges, calls, ops = trace.ranges, trace.api_calls, trace.cpu_ops
         parent = parent_of_each(ranges)
         kinds = call_kinds(calls)
-        launches = np.flatnonzero(np.array([k is not None for k in kinds], dtype=bool))
-        call_home = np.full(len(calls), NONE, dtype=np.int64)
+        launches = np.flatnonzero(kinds != Launched.NOTHING)
         linked = trace.kernels.ints("launch")
         # only a launch call's home is asked for (a kernel's launch is one): others lie in no list
         homed = np.union1d(launches, linked[linked != ABSENT])
-        call_home[homed] = innermost_open(ranges, parent, calls, homed)
+        homes = innermost_open(ranges, parent, calls, homed)  # homes[i]: call homed[i]'s
+
+        def home(rows: np.ndarray) -> np.ndarray:
+            return homes[np.searchsorted(homed, rows)]
+
         kernel_home = np.full(len(linked), NONE, dtype=np.int64)
-        kernel_home[linked != ABSENT] = call_home[linked[linked != ABSENT]]
+        kernel_home[linked != ABSENT] = home(linked[linked != ABSENT])
         top_ops = top_level(ops)
         op_home = innermost_open(ranges, parent, ops, top_ops)
         elsewhere = _profiler_steps_elsewhere(trace, launches, top_ops)
         membership = cls(
-            parent=_optional(parent),
+            parent=_optional(parent), launch_kinds=kinds,
             kernels=Members.of(parent, np.arange(len(kernel_home)), kernel_home, elsewhere["kernels"]),
-            launches=Members.of(parent, launches, call_home[launches], elsewhere["launches"]),
+            launches=Members.of(parent, launches, home(launches), elsewhere["launches"]),
             ops=Members.of(parent, top_ops, op_home, elsewhere["ops"]),
             kernel_home=kernel_home, top_ops=top_ops, op_home=op_home)
-        membership.steps = membership._steps(ranges, kinds)
+        membership.steps = membership._steps(ranges)
         return membership
 
-    def _steps(self, ranges: Ranges, kinds: list[str | None]) -> list[Step]:
+    def _steps(self, ranges: Ranges) -> list[Step]:
         """The ranges that are steps (graphrt.trace.analysis.markers.choose_steps), each with the
-        way it ran, told by the launch calls inside it (`kinds`: each call's launch kind), and
-        its group."""
-        names, recorded = ranges.strings("name"), "kernel" in kinds or "graph" in kinds
+        way it ran, told by the launch calls inside it, and its group."""
+        names, recorded = ranges.strings("name"), bool(self.launch_kinds.any())
         steps = []
         for r, marker in choose_steps(names, self.parent,
                                       list(zip(ranges.ints("pid").tolist(), ranges.ints("tid").tolist())),
                                       ranges.ints("start_ns").tolist(), ranges.ints("end_ns").tolist()):
-            mine = self.launches[r].tolist()
-            mode = step_mode(len(mine), sum(kinds[i] == "graph" for i in mine), recorded, marker)
+            mine = self.launch_kinds[self.launches[r]]
+            mode = step_mode(len(mine), int((mine == Launched.GRAPH).sum()), recorded, marker)
             own = marker.engine in (GRAPHRT, PROFILER)
             steps.append(Step(r, marker, mode, group_name(names[r]) if own else group_label(marker, mode)))
         return steps

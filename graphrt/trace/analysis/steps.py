@@ -24,7 +24,7 @@ from graphrt.errors import cut
 from graphrt.measure.intervals import busy_and_gaps_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.quantiles import median
-from graphrt.trace.analysis.membership import Membership, call_kinds, joined
+from graphrt.trace.analysis.membership import Launched, Membership, joined
 from graphrt.trace.analysis.markers import GRAPHRT, MARKERS, PROFILER, Marker, Step, unread
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.read.columns import ABSENT, Table
@@ -173,10 +173,10 @@ class TraceReport:
         return any(r.marker.engine not in (GRAPHRT, PROFILER) for r in self.steps)
 
 
-def unlinked_graph_launches(trace: Trace) -> set[int]:
-    """The graph launch calls (by index into `trace.api_calls`) that no kernel is linked to."""
-    linked = set(np.unique(trace.kernels.ints("launch")).tolist())
-    return {i for i, kind in enumerate(call_kinds(trace.api_calls)) if kind == "graph" and i not in linked}
+def unlinked_graph_launches(trace: Trace, kinds: np.ndarray) -> set[int]:
+    """The graph launch calls (by index into `trace.api_calls`; `kinds`: each call's Launched code)
+    that no kernel is linked to."""
+    return set(np.setdiff1d(np.flatnonzero(kinds == Launched.GRAPH), trace.kernels.ints("launch")).tolist())
 
 
 def _durations(table: Table, rows: list[int] | np.ndarray) -> np.ndarray:
@@ -184,23 +184,21 @@ def _durations(table: Table, rows: list[int] | np.ndarray) -> np.ndarray:
     return table.ints("end_ns")[index] - table.ints("start_ns")[index]
 
 
-def _step(trace: Trace, att: Membership, r: int, unlinked: set[int], kinds: list[str | None]) -> StepFigures:
-    """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels;
-    `kinds`: each call's launch kind."""
+def _step(trace: Trace, att: Membership, r: int, unlinked: set[int]) -> StepFigures:
+    """Step figures of range `r`; `unlinked`: the trace's graph launches without kernels."""
     kernels = att.kernels[r]
-    launch_ns: dict[str, list[int]] = {"kernel": [], "graph": []}
-    for i, ns in zip(att.launches[r].tolist(), _durations(trace.api_calls, att.launches[r]).tolist()):
-        launch_ns[kinds[i]].append(ns)  # type: ignore[index]: launch calls only
+    kinds, ns = att.launch_kinds[att.launches[r]], _durations(trace.api_calls, att.launches[r])
+    launch_ns = {kind: ns[kinds == kind].tolist() for kind in (Launched.KERNEL, Launched.GRAPH)}
     busy, gaps = busy_and_gaps_of(trace.kernels.ints("start_ns")[kernels], trace.kernels.ints("end_ns")[kernels])
     rng = trace.ranges[r]
     figures = StepFigures(
         name=rng.name, start_ns=rng.start_ns, wall_ns=rng.duration_ns, kernels=len(kernels),
-        kernel_launches=len(launch_ns["kernel"]), kernel_launch_ns=sum(launch_ns["kernel"]),
-        graph_launches=len(launch_ns["graph"]), graph_launch_ns=sum(launch_ns["graph"]),
+        kernel_launches=len(launch_ns[Launched.KERNEL]), kernel_launch_ns=sum(launch_ns[Launched.KERNEL]),
+        graph_launches=len(launch_ns[Launched.GRAPH]), graph_launch_ns=sum(launch_ns[Launched.GRAPH]),
         gpu_busy_ns=busy, gpu_idle_ns=sum(gaps), idle_gaps=len(gaps),
         median_gap_ns=median(gaps) if gaps else 0,
         cpu_ops=len(att.ops[r]), cpu_op_ns=int(_durations(trace.cpu_ops, att.ops[r]).sum()))
-    if not (unlinked and launch_ns["graph"]):
+    if not (unlinked and launch_ns[Launched.GRAPH]):
         return figures
     # one graph launch of the trace without kernels: those of the others cannot be trusted either
     return dataclasses.replace(figures, **dict.fromkeys(KERNEL_FIGURES))
@@ -225,10 +223,10 @@ class StepRecord:
         return self.step.mode
 
 
-def _records(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[StepRecord]:
+def _records(trace: Trace, att: Membership, unlinked: set[int]) -> list[StepRecord]:
     """Every step of the trace, by start."""
     pids, tids = trace.ranges.ints("pid"), trace.ranges.ints("tid")
-    return [StepRecord(_step(trace, att, s.range, unlinked, kinds), s, int(pids[s.range]), int(tids[s.range]))
+    return [StepRecord(_step(trace, att, s.range, unlinked), s, int(pids[s.range]), int(tids[s.range]))
             for s in att.steps]
 
 
@@ -240,9 +238,9 @@ def _step_groups(records: list[StepRecord]) -> list[StepGroup]:
 
 
 def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list[int],
-             unlinked: set[int], kinds: list[str | None]) -> RangeFigures:
+             unlinked: set[int]) -> RangeFigures:
     # kernels unknown around a graph launch where the trace's graph kernels are not linked (_step)
-    unknown = bool(unlinked) and any(kinds[i] == "graph" for r in members for i in att.launches[r].tolist())
+    unknown = bool(unlinked) and any((att.launch_kinds[att.launches[r]] == Launched.GRAPH).any() for r in members)
     kernels = joined(att.kernels[r] for r in members)
     return RangeFigures(
         key=key, domain=domain, count=len(members), total_ns=int(_durations(trace.ranges, members).sum()),
@@ -251,7 +249,7 @@ def _figures(trace: Trace, att: Membership, key: str, domain: str, members: list
         cpu_ops=sum(len(att.ops[r]) for r in members))
 
 
-def _by_kind(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[RangeFigures]:
+def _by_kind(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
     """Per module kind, its outermost ranges: a range inside another of the same kind (q_proj
     inside self_attn) is already counted in it."""
     module_kinds = [range_kind(name) for name in trace.ranges.strings("name")]
@@ -264,14 +262,14 @@ def _by_kind(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str 
             p = att.parent[p]
         if p is None:
             outermost[kind].append(r)
-    return [_figures(trace, att, kind, "", outermost[kind], unlinked, kinds) for kind in KINDS if outermost[kind]]
+    return [_figures(trace, att, kind, "", outermost[kind], unlinked) for kind in KINDS if outermost[kind]]
 
 
-def _by_name(trace: Trace, att: Membership, unlinked: set[int], kinds: list[str | None]) -> list[RangeFigures]:
+def _by_name(trace: Trace, att: Membership, unlinked: set[int]) -> list[RangeFigures]:
     named: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, (domain, name) in enumerate(zip(trace.ranges.strings("domain"), trace.ranges.strings("name"))):
         named[(domain, group_name(name))].append(r)
-    return sorted((_figures(trace, att, name, domain, members, unlinked, kinds)
+    return sorted((_figures(trace, att, name, domain, members, unlinked)
                    for (domain, name), members in named.items()), key=lambda f: (-f.total_ns, f.key))
 
 
@@ -288,18 +286,19 @@ def _devices(trace: Trace) -> list[DeviceFigures]:
 def analyze(trace: Trace, att: Membership | None = None) -> TraceReport:
     """Every figure graphrt reports for one trace (`att`: its Membership, if already made)."""
     att = att or Membership.of(trace)
-    kinds = call_kinds(trace.api_calls)
+    kinds = att.launch_kinds
     counts = {"ranges": len(trace.ranges), "kernels": len(trace.kernels),
               "api_calls": len(trace.api_calls), "cpu_ops": len(trace.cpu_ops),
-              "kernel_launches": kinds.count("kernel"), "graph_launches": kinds.count("graph"),
+              "kernel_launches": int((kinds == Launched.KERNEL).sum()),
+              "graph_launches": int((kinds == Launched.GRAPH).sum()),
               "kernels_without_launch": int((trace.kernels.ints("launch") == ABSENT).sum())}
-    unlinked = unlinked_graph_launches(trace)
+    unlinked = unlinked_graph_launches(trace, kinds)
     counts["graph_launches_without_kernels"] = len(unlinked)
-    records = _records(trace, att, unlinked, kinds)
+    records = _records(trace, att, unlinked)
     return TraceReport(source=trace.source, kind=trace.kind, meta=dict(trace.meta), counts=counts,
                        notes=_notes(trace, counts, bool(records)), devices=_devices(trace),
-                       step_groups=_step_groups(records), by_kind=_by_kind(trace, att, unlinked, kinds),
-                       by_name=_by_name(trace, att, unlinked, kinds), steps=records)
+                       step_groups=_step_groups(records), by_kind=_by_kind(trace, att, unlinked),
+                       by_name=_by_name(trace, att, unlinked), steps=records)
 
 
 def _notes(trace: Trace, counts: dict[str, int], has_steps: bool) -> list[str]:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from graphrt.measure.launch_names import launch_kind
-from graphrt.trace.analysis.membership import NONE, Membership, call_kinds
+from graphrt.trace.analysis.membership import NONE, Launched, Membership
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import Trace
 
@@ -140,7 +140,7 @@ def _timeline(trace: Trace, att: Membership, r: int | None, group: str = WHOLE_T
     """The step range `r`'s timeline, in `group`; for r None, the whole trace's."""
     calls = trace.api_calls
     if r is None:
-        launch_calls = np.flatnonzero([kind is not None for kind in call_kinds(calls)])
+        launch_calls = np.flatnonzero(att.launch_kinds != Launched.NOTHING)
         kernels = np.flatnonzero(trace.kernels.ints("launch") != ABSENT)
         ops = att.top_ops
         tables = [t for t in (trace.kernels, trace.cpu_ops, calls) if len(t)]
