@@ -56,7 +56,7 @@ def format_fallback(found: Fallback | None) -> str | None:
 
 def _piece_share(step: TraceStep) -> str:
     if step.between is None:
-        return "-"
+        return MISSING
     busy = step.record.figures.gpu_busy_ns
     share = f", {step.between.gpu_ns / busy:.0%} of GPU busy" if busy else ""
     return f"{step.between.kernels:,} kernels{share}"
