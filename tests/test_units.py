@@ -1,5 +1,8 @@
 """Figures as text (graphrt.units): each format as the tables and lines that use it show it, and an
-unknown figure shown as missing, never as 0."""
+unknown figure shown as missing, never as 0, spelled by units.MISSING alone."""
+
+import ast
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +52,50 @@ def test_a_memory_estimate_keeps_thousands_apart():
 
     assert size_text(1010 << 20) == format_bytes(1010 << 20, grouped=True) == "1,010.0 MiB"
     assert format_bytes(1010 << 20) == "1010.0 MiB"
+
+
+def _dashes_standing_for_a_figure(tree: ast.AST) -> list[int]:
+    """Lines where a literal "-" takes a figure's place: tabulate's missingval, the fallback of an
+    `or`, a returned value, or the branch of a conditional whose other branch is a figure. A dash
+    chosen between two literal strings (a sign: `"-" if n < 0 else ""`), an argument (a slug's
+    separator) or a line style is no missing figure and is not counted."""
+    def dash(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value == "-"
+
+    def literal(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "missingval":
+            places = [node.value]
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            places = node.values
+        elif isinstance(node, ast.Return):
+            places = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+        elif isinstance(node, ast.IfExp):
+            places = [a for a, b in ((node.body, node.orelse), (node.orelse, node.body)) if not literal(b)]
+        else:
+            continue
+        found += [place.lineno for place in places if dash(place)]
+    return found
+
+
+def test_no_module_but_units_spells_a_missing_figure_as_its_own_dash():
+    package = Path(__file__).resolve().parents[1] / "graphrt"
+    spelled = {f"{path.relative_to(package)}:{line}"
+               for path in sorted(package.rglob("*.py")) if path.name != "units.py"
+               for line in _dashes_standing_for_a_figure(ast.parse(path.read_text()))}
+    assert not spelled, f"a missing figure spelled as a literal dash, not units.MISSING: {sorted(spelled)}"
+
+
+@pytest.mark.parametrize("source", ['tabulate(rows, missingval="-")', 'x = "-" if v is None else f"{v}"',
+                                    'x = ", ".join(v) or "-"', 'def f():\n    return "-", "-"'])
+def test_the_scan_finds_each_way_a_dash_can_stand_for_a_missing_figure(source):
+    assert _dashes_standing_for_a_figure(ast.parse(source))
+
+
+@pytest.mark.parametrize("source", ['sign = "-" if n < 0 else ""', 're.sub("[^a-z]+", "-", text).strip("-")',
+                                    'STYLES = ("-", "--")', 'rule = "-" * width'])
+def test_the_scan_leaves_a_dash_that_is_no_missing_figure(source):
+    assert not _dashes_standing_for_a_figure(ast.parse(source))

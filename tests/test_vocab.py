@@ -3,7 +3,10 @@ goes, so that typing them changed no table and no JSON, and each is spelled in o
 
 import json
 
-from graphrt.backends.choices import GRAPH_MODES, MODES, expand_modes
+import click
+
+from graphrt.backends.choices import GRAPH_MODES, GROUPS, MODES, expand_modes
+from graphrt.cli.trace_command import trace
 from graphrt.engines.step_marker import Marker, phase_of
 from graphrt.trace.analysis.markers import PHASES, parse, step_mode
 from graphrt.vocab import IDLE, STEP_MODES, UNKNOWN, Mode, Phase
@@ -21,6 +24,14 @@ def test_the_command_line_modes_are_the_modes_and_its_groups_expand_to_members()
     assert expand_modes("all") == MODES
     assert expand_modes("piecewise,eager") == (Mode.PIECEWISE, Mode.EAGER)
     assert all(isinstance(m, Mode) for m in expand_modes("eager,graph"))
+
+
+def test_graphrt_trace_takes_each_mode_both_records_by_its_word_or_both():
+    (option,) = [p for p in trace.params if p.name == "mode"]
+    ctx = click.Context(trace)
+    words = ("eager", "graph", "both")
+    assert [option.type.convert(word, option, ctx) for word in words] == list(words)
+    assert {m for choice in option.type.choices for m in expand_modes(choice)} == set(GROUPS["both"])
 
 
 def test_what_a_marker_does_not_state_is_the_one_unknown():

@@ -37,7 +37,7 @@ from graphrt.measure.roofline import Ceilings, StepCost, roofline
 from graphrt.measure.stats import Stats
 from graphrt.run.decode import Generation
 from graphrt.run.machine import machine, versions
-from graphrt.units import MIB
+from graphrt.units import MIB, MISSING
 from graphrt.vocab import Mode
 
 FORMAT = "graphrt-bench/1"
@@ -195,7 +195,7 @@ def header(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-# a roofline's fields where its cost is not known: shown as "-"
+# a roofline's fields where its cost is not known: shown as MISSING
 _NO_ROOFLINE = {"achieved_bandwidth": None, "bandwidth_share": None, "intensity": None, "bound": None}
 
 
@@ -222,7 +222,7 @@ def table(doc: dict[str, Any]) -> str:
                *(["vs hf"] if peer else []), "host ms",
                *(["kernels", "launches", "graphs", "copies"] if cuda else ["aten ops"]),
                "tok/s", "GB/s", "% BW", "FLOP/B", "bound"]
-    return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
+    return tabulate(rows, headers=headers, missingval=MISSING, disable_numparse=True)
 
 
 def memory_table(doc: dict[str, Any]) -> str:
@@ -244,7 +244,7 @@ def memory_table(doc: dict[str, Any]) -> str:
     headers = ["model", "tp", "batch", "context", "cache slots", "params MiB", "KV cache MiB",
                *(f"{m} MiB" if cuda else f"{m} tape MiB" for m in shown),
                *(["alloc after load", "alloc after cache", "reserved", "peak MiB by mode"] if cuda else [])]
-    return tabulate(rows, headers=headers, missingval="-", disable_numparse=True)
+    return tabulate(rows, headers=headers, missingval=MISSING, disable_numparse=True)
 
 
 def notes(doc: dict[str, Any]) -> list[str]:
@@ -313,7 +313,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str, b_name: str) -> s
                      _x(mb and mb["speedup_vs_eager"]) if key[-1] != "eager" else None])
     lines.append(tabulate(rows, headers=["model", "tp", "batch", "context", "mode", "A ms", "B ms",
                                          "change", "A vs eager", "B vs eager"],
-                          missingval="-", disable_numparse=True))
+                          missingval=MISSING, disable_numparse=True))
     lines.append("change: B's median step against A's (negative: B is faster); "
-                 "! a noisy point on either side; - the point is missing on one side")
+                 f"! a noisy point on either side; {MISSING} the point is missing on one side")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ import click
 from tabulate import tabulate
 
 from graphrt.measure import host
+from graphrt.units import MISSING
 
 
 @click.command()
@@ -15,7 +16,7 @@ from graphrt.measure import host
 def info(measure: bool) -> None:
     """Versions, the device, and whether Nsight Systems is on PATH."""
     facts = _asked_of_torch(measure) if measure else _told_without_torch()
-    click.echo(tabulate([(k, "-" if v is None else v) for k, v in facts.items()]))
+    click.echo(tabulate([(k, MISSING if v is None else v) for k, v in facts.items()]))
 
 
 def _told_without_torch() -> dict:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 from tabulate import tabulate
 
+from graphrt.backends.choices import GROUPS
 from graphrt.cli.option_types import MAX_TIMED_STEPS, Amount
 from graphrt.cli.options import decode_options
 from graphrt.errors import GraphrtError
@@ -17,7 +18,9 @@ from graphrt.trace.record.nsys_profile import DEFAULT_TIMEOUT_S, PROFILERS
 if TYPE_CHECKING:
     from graphrt.trace.record.make_traces import MadeTraces
 
-TRACE_MODES = ("eager", "graph", "both")
+# one of the two modes `both` records (as two traces), or both; as plain words: click reads an
+# Enum member by its name (EAGER), not by the word it spells
+TRACE_MODES = (*map(str, GROUPS["both"]), "both")
 OVERHEAD_STEPS = 120  # --overhead without a value
 # how to look at each kind of file `graphrt trace` writes
 OPEN_WITH = {

@@ -11,6 +11,7 @@ import torch
 
 from graphrt.measure import host
 from graphrt.quantiles import median
+from graphrt.units import MISSING
 
 
 def device_name(device: torch.device) -> str:
@@ -155,7 +156,7 @@ def measured_facts(measured: dict) -> dict[str, str]:
         "matmul": f"{rate(measured['matmul_flops'], 'FLOP/s')} ({measured['matmul_dtype']}, median)",
     }
     peak = measured["peak"]
-    facts["datasheet peak"] = "-" if peak is None else (
+    facts["datasheet peak"] = MISSING if peak is None else (
         f"{peak['name']}: {rate(peak['bandwidth'], 'B/s')}, {rate(peak['bf16_flops'], 'FLOP/s')} "
         f"dense bf16 ({peak['source']})")
     return facts

@@ -12,7 +12,7 @@ from graphrt.plan.measure_sizes import SizeFigures
 from graphrt.plan.optimize import Plan, Problem, evaluate
 from graphrt.plan.size_rounds import LEVEL, MODES, WIDE
 from graphrt.measure.robust import OUTLIER_MADS
-from graphrt.units import MIB
+from graphrt.units import MIB, MISSING
 
 
 def problem_for(figures: list[SizeFigures], traffic: dict[int, int]) -> Problem:
@@ -60,7 +60,7 @@ def row_dict(row: Row) -> dict[str, Any]:
 
 def _sizes_text(sizes: list[int], limit: int = 12) -> str:
     text = ",".join(map(str, sizes[:limit]))
-    return text + (f",… ({len(sizes)})" if len(sizes) > limit else "") if sizes else "-"
+    return text + (f",… ({len(sizes)})" if len(sizes) > limit else "") if sizes else MISSING
 
 
 def _ends_text(sizes: list[int]) -> str:
@@ -74,7 +74,7 @@ def vs_chosen_text(vs: dict[str, Any] | None, noisy: bool) -> tuple[str, str]:
     """A row's "vs chosen" and its interval, as the table says them: no ranking where the
     difference lies inside its interval, or where the machine was too noisy to choose."""
     if vs is None:  # the chosen plan itself
-        return "-", "-"
+        return MISSING, MISSING
     if vs["interval"] is None:
         return f"{vs['ratio']:+.1%}", "unknown"
     low, high = vs["interval"]

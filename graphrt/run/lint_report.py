@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from graphrt.units import MISSING
+
 if TYPE_CHECKING:
     from graphrt.graphs.findings import Finding
     from graphrt.run.model_lint import ModelLint, StepCheck
@@ -53,9 +55,9 @@ def _experts_table(result: ModelLint, unit: str) -> list[str]:
     for check in result.experts:
         name = check.experts + (" (default)" if check.experts == result.default_experts else "")
         ran = check.unavailable is None
-        rows.append((name, ("yes" if check.captured else "no") if ran else "-",
-                     "-" if check.ops_per_step is None else check.ops_per_step,
-                     len(check.findings) if ran else "-"))
+        rows.append((name, ("yes" if check.captured else "no") if ran else MISSING,
+                     MISSING if check.ops_per_step is None else check.ops_per_step,
+                     len(check.findings) if ran else MISSING))
         if not check.captured:
             why.append(f"{check.experts}: {check.unavailable or check.refused or _first(check.findings)}")
     table = tabulate(rows, headers=("experts", "graph captures", f"{unit} per step", "lint findings"),

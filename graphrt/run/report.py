@@ -15,7 +15,7 @@ from graphrt.run import rank_figures
 from graphrt.run.decode import Generation
 from graphrt.run.equivalence import compare
 from graphrt.run.execute import RunResult
-from graphrt.units import MIB
+from graphrt.units import MIB, MISSING
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -47,7 +47,7 @@ _WIDTHS = (10, *(max(len(h), 9) for h in _TIMING_HEADERS[1:]))
 
 
 def _cell(value: float | None, width: int) -> str:
-    return ("-" if value is None else f"{value:.3f}").rjust(width)
+    return (MISSING if value is None else f"{value:.3f}").rjust(width)
 
 
 def bandwidth(result: RunResult, gen: Generation) -> tuple[float | None, float | None]:
@@ -96,7 +96,7 @@ def launches_table(result: RunResult) -> str:
              *([counted and counted.graph_launches, counted and counted.kernel_launches,
                 counted and counted.copies] if cuda else [])]
             for mode, counted in counts.items()]
-    table = tabulate(rows, headers=headers, missingval="-")
+    table = tabulate(rows, headers=headers, missingval=MISSING)
     if result.reference_note is not None:
         table += f"\n(no hf eager row: {result.reference_note})"
     return table
@@ -109,13 +109,13 @@ def ranks_table(result: RunResult) -> str:
     for mode, ranks in result.per_rank.items():
         s = rank_figures.slowest(ranks)
         rows.append([mode, s.median, s.p10, s.p90, rank_figures.spread_ms(ranks),
-                     " / ".join("-" if r.collective_share is None else f"{100 * r.collective_share:.1f}"
+                     " / ".join(MISSING if r.collective_share is None else f"{100 * r.collective_share:.1f}"
                                 for r in ranks),
-                     " / ".join("-" if r.ops is None else str(r.ops) for r in ranks)])
+                     " / ".join(MISSING if r.ops is None else str(r.ops) for r in ranks)])
     what = "kernels" if result.device.type == "cuda" else "aten ops"
     headers = ["mode", "step ms (slowest rank)", "p10", "p90", "rank spread ms", "collective % per rank",
                f"{what}/step per rank"]
-    table = tabulate(rows, headers=headers, floatfmt=".3f", missingval="-", disable_numparse=[5, 6])
+    table = tabulate(rows, headers=headers, floatfmt=".3f", missingval=MISSING, disable_numparse=[5, 6])
     return f"{table}\ncollective %: {OF[measure_on(result.device.type)]}, in one more step of each mode"
 
 

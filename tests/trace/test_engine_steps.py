@@ -27,6 +27,7 @@ from docs_pages import ROOT, examples
 from engine_traces import engine_trace
 
 from graphrt.cli.main import main
+from graphrt.units import MISSING
 
 DATA = Path(__file__).parents[1] / "data"
 V100 = DATA / "torch" / "hta-v100-graph-launches.json.gz"
@@ -238,7 +239,10 @@ def test_the_ledger_and_the_fallback_list_batches_smallest_first_and_unstated_la
     assert [(r["batch"], r["mode"]) for r in trace["ledger"]] == [
         (2, "graph"), (3, "eager"), (8, "graph"), (16, "graph"), (17, "eager"), (None, "eager")]
     assert [b["batch"] for b in trace["fallback"]["eager_batches"]] == [3, 17, None]
-    assert "ran eagerly (batch 3: 1 step, 17: 1 step, ?: 1 step) while 3 decode steps replayed" in text
+    assert f"ran eagerly (batch 3: 1 step, 17: 1 step, {MISSING}: 1 step) while 3 decode steps replayed" in text
+    # the unstated batch is a figure not known, in the ledger and the step table as in every table
+    assert re.search(rf"^decode +eager +{re.escape(MISSING)} +1 ", text, re.M)
+    assert re.search(rf"^1 .* decode +{re.escape(MISSING)} +eager ", text, re.M)
 
 
 @pytest.mark.slow

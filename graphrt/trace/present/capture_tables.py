@@ -9,7 +9,7 @@ from typing import Any
 from graphrt.trace.analysis.attribution import BETWEEN, MATCHED, UNATTRIBUTED
 from graphrt.trace.analysis.engine_capture import CaptureAttribution, Total, totals
 from graphrt.trace.present.text_table import cut, table
-from graphrt.units import format_us
+from graphrt.units import MISSING, format_us
 
 
 def _pieces(found: list[CaptureAttribution]) -> list[tuple[int, float, float, tuple[str, str] | None]]:
@@ -25,7 +25,7 @@ def _pieces(found: list[CaptureAttribution]) -> list[tuple[int, float, float, tu
 
 
 def _layers(layers: tuple[str, str] | None) -> str:
-    return "-" if layers is None else layers[0] if layers[0] == layers[1] else f"{layers[0]} … {layers[1]}"
+    return MISSING if layers is None else layers[0] if layers[0] == layers[1] else f"{layers[0]} … {layers[1]}"
 
 
 def _counts(found: list[CaptureAttribution]) -> dict[str, int]:

@@ -17,7 +17,9 @@ MARKER_WIDTH = 48  # a marker's name is cut to this in the step table (whole in 
 
 
 def _batch(batch: int | None) -> str:
-    return "?" if batch is None else str(batch)
+    """A step's batch as its marker states it; one it does not state is a figure not known, said
+    as every table says one."""
+    return MISSING if batch is None else str(batch)
 
 
 def _steps(n: int, what: str = "step") -> str:
@@ -37,7 +39,8 @@ def format_markers(report: TraceReport) -> str:
 
 def format_ledger(rows: list[LedgerRow]) -> str:
     return "\n".join([
-        "Steps by phase, mode and batch (median per step; batch: requests the marker states, ? where it does not)",
+        "Steps by phase, mode and batch (median per step; batch: requests the marker states, "
+        f"{MISSING} where it does not)",
         table([(r.phase, r.mode, _batch(r.batch), f"{r.steps:,}", format_us(r.wall_ns), format_us(r.gpu_busy_ns),
                 format_count(r.kernels), format_count(r.kernel_launches), format_count(r.graph_launches))
                for r in rows],
@@ -56,7 +59,7 @@ def format_fallback(found: Fallback | None) -> str | None:
 
 def _piece_share(step: TraceStep) -> str:
     if step.between is None:
-        return "-"
+        return MISSING
     busy = step.record.figures.gpu_busy_ns
     share = f", {step.between.gpu_ns / busy:.0%} of GPU busy" if busy else ""
     return f"{step.between.kernels:,} kernels{share}"

@@ -12,7 +12,7 @@ from graphrt.trace.analysis.idle import IDLE_KINDS, KERNEL_WAIT_NS, StepLaunchId
 from graphrt.trace.analysis.modules import ModuleTime, ReplayModules
 from graphrt.trace.analysis.names import group_name
 from graphrt.trace.present.text_table import cut, table
-from graphrt.units import format_us
+from graphrt.units import MISSING, format_us
 
 
 def _groups(steps: Sequence[StepLaunchIdle]) -> dict[str, list[StepLaunchIdle]]:
@@ -35,7 +35,7 @@ def format_launch_idle(steps: Sequence[StepLaunchIdle]) -> str:
     row("launch delay p50 µs", lambda g: format_us(median([s.delay_p50_ns for s in g])))
     row("launch delay p90 µs", lambda g: format_us(median([s.delay_p90_ns for s in g])))
     row("launch CPU time µs", lambda g: format_us(median([s.launch_cpu_ns for s in g])))
-    row("kernels per graph launch", lambda g: ", ".join(sorted({str(n) for s in g for n in s.graph_fanout})) or "-")
+    row("kernels per graph launch", lambda g: ", ".join(sorted({str(n) for s in g for n in s.graph_fanout})) or MISSING)
     for kind in IDLE_KINDS:
         row(f"GPU idle: {kind} µs", lambda g, kind=kind: format_us(median([s.idle_ns[kind] for s in g])))
     headers = ["median per step", *(f"{name} ({len(g)} steps)" for name, g in groups.items())]

@@ -8,7 +8,7 @@ from typing import Any
 from graphrt.trace.analysis.comparisons import Comparison
 from graphrt.trace.analysis.steps import STEP_METRICS, RangeFigures, TraceReport, shown
 from graphrt.trace.present.text_table import cut, table
-from graphrt.units import format_count, format_us
+from graphrt.units import MISSING, format_count, format_us
 from graphrt.vocab import UNKNOWN  # a figure the trace cannot say (steps.UNLINKED_GRAPH_KERNELS)
 
 _UNIT_FORMAT = {"ns": format_us, "count": format_count}
@@ -79,7 +79,7 @@ def format_comparison(comparison: Comparison) -> str:
     for key, title, a, b in comparison.rows:
         unit = _METRIC_UNITS[key]
         removed = None if a is None or b is None else a - b
-        share = f"{removed / a:.0%}" if removed is not None and a else "-"
+        share = f"{removed / a:.0%}" if removed is not None and a else MISSING
         rows.append((_titled(title, unit), _metric(unit, a), _metric(unit, b), _metric(unit, removed), share))
     return "\n".join([f"{cut(comparison.other)} against {cut(comparison.baseline)} (median per step)",
                       table(rows, headers=[

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from graphrt.trace.read.chrome_events import (GRAPH_ID_BOUND, INT64, NO_ARGS, TABLE_OF, Args, Event, Into,
-                                              UnusableField, graph_node, python_kind, span, thread, whole)
+                                              UnusableField, graph_node, python_kind, span, stated, thread,
+                                              whole)
 from graphrt.trace.read.columns import ABSENT, Table
 from graphrt.trace.read.events import PYTHON_DOMAIN, Trace
 
@@ -207,10 +208,8 @@ def _device(value: Any) -> int:
 
 
 def _stream(value: Any) -> int:
-    stream = whole(value, "args.stream", "a stream's id")
-    if stream == ABSENT:  # the column's mark of a kernel that states no stream
-        raise UnusableField(f"args.stream {stream} is no stream's id: expected one above -2**63")
-    return stream
+    # ABSENT marks a kernel that states no stream
+    return stated(whole(value, "args.stream", "a stream's id"), "args.stream", "stream's id")
 
 
 def _correlation(value: Any) -> int:

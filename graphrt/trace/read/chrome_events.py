@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from graphrt.engines.registry import ENGINES
+from graphrt.trace.read.columns import ABSENT
 
 MODULE_FRAME = "nn.Module: "  # a module's call, as torch.profiler names it with_modules
 
@@ -100,6 +101,14 @@ def whole(value: Any, field: str, expected: str) -> int:
     return n
 
 
+def stated(n: int, field: str, what: str) -> int:
+    """`n`, read for a column that may hold the field unstated; refused where it is -2**63, the
+    column's mark of a value not stated (columns.ABSENT), as it would be read as none."""
+    if n == ABSENT:
+        raise UnusableField(f"{field} {n} is no {what}: expected one above -2**63")
+    return n
+
+
 def shown(value: Any) -> str:
     """A field's value for a line of text: cut where long (an int of thousands of digits is
     not even made a string: Python refuses past 4,300)."""
@@ -135,8 +144,7 @@ def graph_node(args: Args) -> int | None:
     node = whole(args.graph_node or 0, "args.graph node id", "a graph node's id")
     if not node:
         return None
-    if node == -INT64:  # the column's mark of a kernel from no graph
-        raise UnusableField(f"graph node id {node} is no node's id: expected one above -2**63")
+    stated(node, "graph node id", "node's id")  # ABSENT marks a kernel from no graph
     graph = whole(args.graph or 0, "args.graph id", "an exec graph's id")
     if abs(graph) >= GRAPH_ID_BOUND:
         raise UnusableField(f"graph id {graph} does not fit a toolsId: expected one below 2**31")
