@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from graphrt.measure.intervals import busy_and_gaps_of
+from graphrt.measure.intervals import busy_of
 
 # NCCL's kernels: `ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)` (NCCL 2.x before 2.19),
 # `ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)` (2.19 on),
@@ -63,7 +63,7 @@ def kernel_time_of(names: Sequence[str], starts: np.ndarray, ends: np.ndarray) -
     if not len(names):
         return None
     collective = np.fromiter(map(is_collective_kernel, names), dtype=bool, count=len(names))
-    return busy_and_gaps_of(starts[collective], ends[collective])[0], int(ends.max() - starts.min())
+    return busy_of(starts[collective], ends[collective]), int(ends.max() - starts.min())
 
 
 def share(collective_ns: float, step_ns: float) -> float | None:

@@ -19,9 +19,23 @@ def busy_and_gaps_of(starts: np.ndarray, ends: np.ndarray) -> tuple[int, list[in
     what it reaches past the latest end before it, and leaves a gap where it starts after that."""
     if not len(starts):
         return 0, []
+    starts, ends, before = _in_order(starts, ends)
+    gaps = (starts - before)[1:][starts[1:] > before[1:]]
+    return _busy(starts, ends, before), gaps.tolist()
+
+
+def busy_of(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The busy time of `busy_and_gaps_of` alone: a device's whole run leaves about a gap a
+    kernel, a list of millions of ints not made here."""
+    return _busy(*_in_order(starts, ends)) if len(starts) else 0
+
+
+def _in_order(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals in (start, end) order, and the latest end before each (int64's least first)."""
     order = np.lexsort((ends, starts))
     starts, ends = starts[order], ends[order]
-    before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
-    busy = int(np.maximum(0, ends - np.maximum(starts, before)).sum())
-    gaps = (starts - before)[1:][starts[1:] > before[1:]]
-    return busy, gaps.tolist()
+    return starts, ends, np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, before: np.ndarray) -> int:
+    return int(np.maximum(0, ends - np.maximum(starts, before)).sum())

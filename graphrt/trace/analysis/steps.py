@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphrt.errors import cut
-from graphrt.measure.intervals import busy_and_gaps_of
+from graphrt.measure.intervals import busy_and_gaps_of, busy_of
 from graphrt.measure.range_names import KINDS, STEP_COLORS, kind_of, parse_range_name
 from graphrt.quantiles import median
 from graphrt.trace.analysis.membership import Launched, Membership, joined
@@ -279,7 +279,7 @@ def _devices(trace: Trace) -> list[DeviceFigures]:
     for d in np.unique(devices).tolist():
         s, e = starts[devices == d], ends[devices == d]
         figures.append(DeviceFigures(device=d, kernels=len(s), kernel_ns=int((e - s).sum()),
-                                     busy_ns=busy_and_gaps_of(s, e)[0], span_ns=int(e.max() - s.min())))
+                                     busy_ns=busy_of(s, e), span_ns=int(e.max() - s.min())))
     return figures
 
 
