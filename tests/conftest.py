@@ -97,8 +97,8 @@ def pytest_configure(config):
         config.pluginmanager.register(plugin_for(mutant), "graphrt-mutation")
 
 
-# The fixtures that record: each starts processes, so every test using one is slow.
-RECORDINGS = {"tiny_torch_recording", "tiny_tp2_traces"}
+# The fixtures that record or launch ranks: each starts processes, so every test using one is slow.
+RECORDINGS = {"tiny_torch_recording", "tiny_tp2_traces", "rank_pool"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
@@ -260,6 +260,17 @@ def tiny_tp2_traces(tmp_path_factory) -> Path:
 
     (made,) = made_once(tmp_path_factory, "tp2-traces", record).iterdir()
     return made
+
+
+@pytest.fixture(scope="session")
+def rank_pool(tmp_path_factory):
+    """The pooled functions of tests/ranks.py, run one after another on one launch of two ranks,
+    once per test run (by whichever pytest process asks first; the others share it):
+    `rank_pool.results(name)` is what one returned, by rank (tests/rank_pool.py)."""
+    import rank_pool  # here, not above: it imports this module's configs
+
+    made = made_once(tmp_path_factory, "rank-pool", rank_pool.make_shared)
+    return rank_pool.Pool(made, rank_pool.shared_jobs(made))
 
 
 @pytest.fixture(scope="session")

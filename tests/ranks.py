@@ -1,8 +1,15 @@
-"""Steps run on every rank of a 2-process gloo group by the parallel tests (each a function the
-launcher can start: it joins the group, runs, leaves, and returns what the test asserts on)."""
+"""Steps run on every rank of a 2-process gloo group by the parallel tests.
+
+Most take the joined group (`me`) and return what a test asserts on: `pool` runs them one after
+another on ranks that join once (tests/rank_pool.py). Those that test joining, leaving, a rank
+left waiting or what a group leaves behind are functions the launcher starts alone: each joins
+the group (or has graphrt join it), runs and leaves.
+"""
 
 from __future__ import annotations
 
+import pickle
+import traceback
 from pathlib import Path
 
 import torch
@@ -19,10 +26,32 @@ def _all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
     return torch.ops._c10d_functional.wait_tensor(torch.ops._c10d_functional.all_reduce(x, "sum", group))
 
 
-def tape_of_all_reduce() -> dict:
+def pool_file(out: str | Path, job: str, rank: int, kind: str) -> Path:
+    """Where `pool` keeps what rank `rank` made of `job`: "result" (pickled) or "failed" (a traceback)."""
+    return Path(out, f"{job}.rank{rank}.{kind}")
+
+
+def pool(jobs: list[tuple[str, list]], out: str) -> None:
+    """Join the group once, run each job (a function of this module taking the joined `Ranks`,
+    and its further arguments) in turn, and leave: joining twice under the elastic launcher
+    fails (gloo times out in its first receive). Each job's result is kept in `out` as soon as
+    it returns, so a later failure hides none. A job that raises keeps its traceback and raises
+    again: its peer may be waiting in a collective this rank will never issue, and a failed rank
+    has the launcher stop every rank at once; the jobs after it do not run."""
+    me = ranks_.join("cpu")
+    for job, args in jobs:
+        try:
+            result = globals()[job](me, *args)
+        except Exception:
+            pool_file(out, job, me.rank, "failed").write_text(traceback.format_exc())
+            raise
+        pool_file(out, job, me.rank, "result").write_bytes(pickle.dumps(result))
+    ranks_.leave()
+
+
+def tape_of_all_reduce(me: ranks_.Ranks) -> dict:
     """A step that all-reduces its input: the ops it dispatches, its tape, and a replay after
     the input changed."""
-    me = ranks_.join("cpu")
     x = torch.full((4,), float(me.rank + 1))
 
     def step() -> torch.Tensor:
@@ -34,20 +63,16 @@ def tape_of_all_reduce() -> dict:
     graph.replay()
     replayed = out.clone()
     eager = step()
-    ranks_.leave()
     return {"dispatched": dispatched, "tape": list(graph.op_names), "replayed": replayed, "eager": eager}
 
 
 REFUSAL_CASES = ("rank 0 only", "order", "shape", "unwaited", "unwaited first of two", "unwaited second of two")
 
 
-def refusals() -> dict[str, list[str]]:
+def refusals(me: ranks_.Ranks) -> dict[str, list[str]]:
     """Per faulty step of `REFUSAL_CASES`, what check_ranks_agree (and, for "unwaited", a tape
     capture too) says of it."""
-    me = ranks_.join("cpu")
-    said = {case: _refusal(case, me) for case in REFUSAL_CASES}
-    ranks_.leave()
-    return said
+    return {case: _refusal(case, me) for case in REFUSAL_CASES}
 
 
 def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
@@ -85,14 +110,11 @@ def _refusal(case: str, me: ranks_.Ranks) -> list[str]:
     return said
 
 
-def tp_decode(models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, dict]:
+def tp_decode(me: ranks_.Ranks, models: list[str], prompt: torch.Tensor, steps: int) -> dict[str, dict]:
     """Per model (a preset or a HF directory): decode `prompt` greedily on this rank's share of
     it through eager, piecewise and graph; per mode the tokens and kept logits, the graph's tape
     with each op's ranges, and the rank's parameters."""
-    me = ranks_.join("cpu")
-    out = {model: _tp_decode(model, me, prompt, steps) for model in models}
-    ranks_.leave()
-    return out
+    return {model: _tp_decode(model, me, prompt, steps) for model in models}
 
 
 def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -> dict:
@@ -121,14 +143,17 @@ def _tp_decode(model: str, me: ranks_.Ranks, prompt: torch.Tensor, steps: int) -
     return out
 
 
-def slowest_of_steps() -> list[float]:
+def slowest_of_steps(me: ranks_.Ranks) -> list[float]:
     """Each rank's own step times (rank 0 slower at step 0, rank 1 at step 1), and what
     `slowest_per_step` makes of them."""
-    me = ranks_.join("cpu")
-    mine = [[1.0, 5.0, 2.0], [3.0, 2.0, 2.0]][me.rank]
-    out = slowest_per_step(mine)
-    ranks_.leave()
-    return out
+    return slowest_per_step([[1.0, 5.0, 2.0], [3.0, 2.0, 2.0]][me.rank])
+
+
+def raises_on(me: ranks_.Ranks, rank: int) -> None:
+    """Rank `rank` raises; every other waits for it in a barrier it never reaches."""
+    if me.rank == rank:
+        raise ValueError(f"planted on rank {rank}")
+    dist.barrier()
 
 
 def disagreeing_capture(lint: bool) -> str | None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import ranks
 from click.testing import CliRunner
 
 from graphrt.bench.results import memory_table, table
 from graphrt.cli.main import main
-from graphrt.parallel.launch import launch
 
 TP_SWEEP = """
 models = ["tiny"]
@@ -88,5 +86,5 @@ def test_a_tp_that_is_no_list_of_distinct_positive_integers_is_refused(cli, tmp_
 
 
 @pytest.mark.processes
-def test_a_tensor_parallel_step_takes_its_slowest_ranks_time_step_by_step():
-    assert launch(ranks.slowest_of_steps, [], 2) == {0: [3.0, 5.0, 2.0], 1: [3.0, 5.0, 2.0]}
+def test_a_tensor_parallel_step_takes_its_slowest_ranks_time_step_by_step(rank_pool):
+    assert rank_pool.results("slowest_of_steps") == {0: [3.0, 5.0, 2.0], 1: [3.0, 5.0, 2.0]}

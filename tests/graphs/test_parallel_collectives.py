@@ -15,8 +15,8 @@ ALL_REDUCE = "_c10d_functional.all_reduce.default"
 
 
 @pytest.mark.processes
-def test_a_functional_all_reduce_dispatches_and_a_tape_replays_it_with_new_values():
-    results = launch(ranks.tape_of_all_reduce, [], 2)
+def test_a_functional_all_reduce_dispatches_and_a_tape_replays_it_with_new_values(rank_pool):
+    results = rank_pool.results("tape_of_all_reduce")
     for rank in (0, 1):
         got = results[rank]
         assert ALL_REDUCE in got["dispatched"]
@@ -27,9 +27,9 @@ def test_a_functional_all_reduce_dispatches_and_a_tape_replays_it_with_new_value
 
 
 @pytest.fixture(scope="module")
-def refusals() -> dict[int, dict[str, list[str]]]:
-    """Per rank, per faulty step (tests/ranks.py), what was said of it: one launch for all."""
-    return launch(ranks.refusals, [], 2)
+def refusals(rank_pool) -> dict[int, dict[str, list[str]]]:
+    """Per rank, per faulty step (tests/ranks.py), what was said of it."""
+    return rank_pool.results("refusals")
 
 
 @pytest.mark.processes

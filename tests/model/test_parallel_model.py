@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import ranks
 import torch
-from conftest import FAMILY_CONFIGS, save_reference
+from rank_pool import CHECKPOINTS, PROMPT, STEPS, decoded_models
 from safetensors.torch import load_file
 
 from graphrt.backends.eager import EagerBackend
@@ -16,34 +15,16 @@ from graphrt.errors import GraphrtError
 from graphrt.model.config import PRESETS, from_hf_dir
 from graphrt.model.sharding import split
 from graphrt.model.weights import build_model
-from graphrt.parallel.launch import launch
 from graphrt.run.decode import decode
 
-STEPS = 6
-PROMPT = torch.randint(0, PRESETS["tiny"].vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
 ALL_REDUCE = "_c10d_functional.all_reduce.default"
 
 
-# A HF checkpoint per family, every parameter random: Qwen2 with one KV head (fewer than ranks,
-# so each rank holds a copy of it) and tied embeddings; Qwen3 (no bias, a norm per head); Llama 3.
-CHECKPOINTS = {
-    "qwen2-one-kv-head": replace(PRESETS["tiny"], name="one-kv-head", num_key_value_heads=1,
-                                 tie_word_embeddings=True),
-    "qwen3": FAMILY_CONFIGS["qwen3"],
-    "llama3": FAMILY_CONFIGS["llama3"],
-}
-
-
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory) -> tuple[dict[str, str], dict[int, dict]]:
-    """The models (tiny's random weights, then a directory per checkpoint) and, per rank, what
-    tests/ranks.tp_decode returned for each: one launch for all."""
-    models = {"tiny": "tiny"}
-    for name, config in CHECKPOINTS.items():
-        directory = tmp_path_factory.mktemp(name)
-        save_reference(config, directory)
-        models[name] = str(directory)
-    return models, launch(ranks.tp_decode, [list(models.values()), PROMPT, STEPS], 2)
+def launched(rank_pool) -> tuple[dict[str, str], dict[int, dict]]:
+    """The models (tiny's random weights, then a directory per checkpoint of tests/rank_pool.py)
+    and, per rank, what tests/ranks.tp_decode returned for each."""
+    return decoded_models(rank_pool.made), rank_pool.results("tp_decode")
 
 
 @pytest.fixture(params=["tiny", *CHECKPOINTS])
