@@ -172,13 +172,14 @@ def link_launches(call_keys: np.ndarray, call_starts: np.ndarray, kernel_keys: n
         dense = _dense(np.concatenate([call_keys, kernel_keys]))
         call_key, kernel_key = dense[:n], dense[n:]
     by_key = np.argsort(call_key, kind="stable")  # by key, then by index (start order)
-    keys = call_key[by_key]
-    first = np.minimum(np.searchsorted(keys, kernel_key), n - 1)  # the kernel's key's first call
-    known = keys[first] == kernel_key
+    composite = call_key[by_key]  # the keys in order, then in place: see below
+    first = np.minimum(np.searchsorted(composite, kernel_key), n - 1)  # the kernel's key's first call
+    known = composite[first] == kernel_key
     # (the key's number among the calls' keys, the call's index) as one int64, ascending
-    composite = np.zeros(n, dtype=np.int64)
-    np.cumsum(keys[1:] != keys[:-1], out=composite[1:])
-    del keys
+    new_key = composite[1:] != composite[:-1]
+    composite[0] = 0
+    np.cumsum(new_key, out=composite[1:])
+    del new_key
     kernel_number = composite[first]
     composite *= n + 1
     composite += by_key
