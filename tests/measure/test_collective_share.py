@@ -16,6 +16,7 @@ from graphrt.trace import load_trace
 from graphrt.trace.analysis.membership import Membership
 from graphrt.trace.analysis.rank_steps import RankGroup, collective_time
 from graphrt.trace.analysis.steps import analyze
+from graphrt.trace.read.events import CpuOp, Range, Trace
 
 DATA = Path(__file__).parents[1] / "data" / "torch"
 V100 = DATA / "hta-v100-graph-launches.json.gz"  # 64 NCCL kernels: all-reduces and send/recvs
@@ -82,3 +83,16 @@ def test_the_share_on_a_real_trace_with_nccl_kernels_is_their_gpu_time_in_each_s
     assert figures.measure == "gpu"
     assert figures.shares == pytest.approx(want, abs=1e-6)
     assert figures.collective_share == pytest.approx(statistics.median(want), abs=1e-6)
+
+
+def test_on_a_cpu_a_steps_collective_time_is_the_union_of_its_all_reduce_ranges_and_ops():
+    # a step of 100 ns: an AllReduce module's range on [10, 30), a functional all_reduce op on
+    # [20, 45) (overlapping it), another on [60, 70); an op that is no collective on [80, 90)
+    pid, tid = 1, 1
+    ranges = [Range("decode_step[eager]", 0, 100, pid, tid),
+              Range("model.layers.0.mlp.down_proj (AllReduce)", 10, 30, pid, tid)]
+    ops = [CpuOp("_c10d_functional::all_reduce", 20, 45, pid, tid),
+           CpuOp("_c10d_functional::all_reduce", 60, 70, pid, tid), CpuOp("aten::mm", 80, 90, pid, tid)]
+    trace = Trace("t", "chrome", ranges=ranges, cpu_ops=ops)
+    (spent,) = collective_time(trace, Membership.of(trace))["decode_step[eager]"]
+    assert (spent.collective_ns, spent.step_ns, spent.measure) == (45, 100, "cpu")

@@ -55,12 +55,11 @@ def call_kinds(calls: ApiCalls) -> np.ndarray:
     return np.fromiter(map(code.__getitem__, names), dtype=np.int8, count=len(names))
 
 
-def _threads(spans: Table, rows: np.ndarray | None = None) -> list[np.ndarray]:
-    """The rows (all, or `rows`) on each thread, by start; of two with the same start, longer first.
-    Over all rows the columns are sorted as they are, so a table of millions of rows is copied
-    twice at most (its order, and one column at a time)."""
-    pids, tids, starts, ends = (spans.ints(c) if rows is None else spans.ints(c)[rows]
-                                for c in ("pid", "tid", "start_ns", "end_ns"))
+def _threads(spans: Table) -> list[np.ndarray]:
+    """The rows on each thread, by start; of two with the same start, longer first. The columns
+    are sorted as they are, so a table of millions of rows is copied twice at most (its order,
+    and one column at a time)."""
+    pids, tids, starts, ends = (spans.ints(c) for c in ("pid", "tid", "start_ns", "end_ns"))
     order = np.lexsort((np.negative(ends), starts, tids, pids))
     if not len(order):
         return []
@@ -69,8 +68,6 @@ def _threads(spans: Table, rows: np.ndarray | None = None) -> list[np.ndarray]:
         on = column[order]
         breaks |= on[1:] != on[:-1]
         del on
-    if rows is not None:
-        order = rows[order]
     return np.split(order, np.flatnonzero(breaks) + 1)
 
 
@@ -129,13 +126,13 @@ class Members(Sequence[np.ndarray]):
 
     @classmethod
     def of(cls, parent: np.ndarray, items: np.ndarray, homes: np.ndarray,
-           extra: tuple[np.ndarray, np.ndarray] | None = None) -> Members:
+           extra: tuple[np.ndarray, np.ndarray]) -> Members:
         """Each item counts for its innermost range (its home, or NONE) and every range around
         it, in the order of `items`; then `extra` (ranges, items), in its order.
 
         Each membership is one int64, (range, the item's place in that order), sorted: a trace
         of millions of items holds 16 bytes per membership at most while they are made."""
-        ranges, extra_items = extra if extra is not None else (np.zeros(0, np.int64),) * 2
+        ranges, extra_items = extra
         places = len(items) + len(extra_items) + 1
         levels = [ranges * places + len(items) + np.arange(len(extra_items))]
         at, place = homes, np.arange(len(items))
