@@ -106,6 +106,12 @@ def test_malformed_json_names_the_byte(tmp_path):
     ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 1}, "(traceEvents[2]: KeyError"),  # no ts
     ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": "soon", "dur": 1}, "(traceEvents[2].ts: Expected"),
     ({"ph": "X", "cat": "kernel", "ts": 1, "dur": 1}, "(traceEvents[2]: KeyError('name')"),
+    # fields left out before the refused one (no name, no cat) do not hide it
+    ({"ph": "X", "ts": "soon", "dur": 1}, "(traceEvents[2].ts: Expected"),
+    ({"ph": "X", "ts": {"at": 1}, "dur": 1}, "(traceEvents[2].ts: Expected `int | float | null`, got `object`)"),
+    # args that are no object: refused as the whole field, with the types the field takes
+    ({"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": 5},
+     "(traceEvents[2].args: Expected `object | null`, got `int`)"),
 ])
 def test_an_event_missing_a_field_is_named_by_its_index(tmp_path, event, where):
     message = _broken(tmp_path, "e.json", _trace_bytes([_x(0), _x(1), event, _x(3)]))
