@@ -86,22 +86,29 @@ class Pool:
     def _finished(self, job: str) -> bool:
         return all(ranks.pool_file(self.made, job, rank, "result").exists() for rank in range(WORLD))
 
+    def _failed(self, job: str) -> dict[int, Path]:
+        """The ranks on which `job` raised, and where each kept its traceback."""
+        found = {rank: ranks.pool_file(self.made, job, rank, "failed") for rank in range(WORLD)}
+        return {rank: path for rank, path in found.items() if path.exists()}
+
     def results(self, job: str) -> dict[int, Any]:
         """What `job` returned, by rank. Where the pool stopped before it returned on every rank,
-        the test fails: at the job that stopped it with the launcher's line and each rank's
-        traceback, at a later job naming the one that stopped it."""
+        the test fails: at the job that stopped it (the first that raised on a rank, else the
+        first without a result on every rank) with the launcher's line and each rank's
+        traceback, at another job naming the one that stopped it."""
         if (skipped := _skipped(self.made, job)).exists():
             pytest.skip(skipped.read_text())
         names = [name for name, _ in self.jobs if not _skipped(self.made, name).exists()]
-        stop = next((name for name in names if not self._finished(name)), None)
-        if stop is None or names.index(job) < names.index(stop):
+        stop = next((name for name in names if self._failed(name)),
+                    next((name for name in names if not self._finished(name)), None))
+        if self._finished(job) and (stop is None or names.index(job) < names.index(stop)):
             return {rank: pickle.loads(ranks.pool_file(self.made, job, rank, "result").read_bytes())
                     for rank in range(WORLD)}
-        if job != stop:
-            pytest.fail(f"rank pool: {job} did not run, the pool stopped at {stop}", pytrace=False)
+        if job != stop:  # after it, or before it but cut short on a rank the launcher stopped
+            ran = "did not run" if names.index(job) > names.index(stop) else "did not return on every rank"
+            pytest.fail(f"rank pool: {job} {ran}, the pool stopped at {stop}", pytrace=False)
         # the launcher's line names the rank that failed first; a peer's own error may follow from it
         stopped = self.made / STOPPED
         said = [stopped.read_text() if stopped.exists() else "the launch ended without its result on every rank"]
-        failed = [ranks.pool_file(self.made, job, rank, "failed") for rank in range(WORLD)]
-        said += [f"rank {rank}: {path.read_text()}" for rank, path in enumerate(failed) if path.exists()]
+        said += [f"rank {rank}: {path.read_text()}" for rank, path in self._failed(job).items()]
         pytest.fail(f"rank pool: {job} failed; " + "\n".join(said), pytrace=False)

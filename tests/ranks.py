@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import traceback
+import os
 from pathlib import Path
 
 import torch
@@ -43,10 +44,17 @@ def pool(jobs: list[tuple[str, list]], out: str) -> None:
         try:
             result = globals()[job](me, *args)
         except Exception:
-            pool_file(out, job, me.rank, "failed").write_text(traceback.format_exc())
+            _keep(pool_file(out, job, me.rank, "failed"), traceback.format_exc().encode())
             raise
-        pool_file(out, job, me.rank, "result").write_bytes(pickle.dumps(result))
+        _keep(pool_file(out, job, me.rank, "result"), pickle.dumps(result))
     ranks_.leave()
+
+
+def _keep(path: Path, data: bytes) -> None:
+    """Write `data` whole or not at all: the launcher may kill this rank mid-write when its peer fails."""
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(data)
+    os.replace(part, path)
 
 
 def tape_of_all_reduce(me: ranks_.Ranks) -> dict:

@@ -4,8 +4,11 @@ say which job stopped them; the peer left waiting in a collective does not hang 
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
-from rank_pool import Pool, launch_pool
+import ranks
+from rank_pool import STOPPED, Pool, launch_pool
 
 # slowest_of_steps' figures on two ranks (tests/bench/test_bench_tp.py asserts them too)
 SLOWEST = [3.0, 5.0, 2.0]
@@ -39,3 +42,21 @@ def test_a_job_after_a_failed_one_fails_naming_the_job_that_stopped_the_pool(sto
     with pytest.raises(pytest.fail.Exception, match="^rank pool: tape_of_all_reduce did not run, "
                                                     "the pool stopped at raises_on$"):
         stopped_pool.results("tape_of_all_reduce")
+
+
+def test_the_job_that_raised_is_blamed_though_a_rank_was_stopped_before_keeping_an_earlier_result(tmp_path):
+    # as the launcher leaves it when rank 0 raises in B while rank 1 still writes A's result:
+    # A kept on rank 0 only (rank 1's cut short, never renamed into place), B's traceback on rank 0
+    jobs = [("A", []), ("B", []), ("C", [])]
+    ranks.pool_file(tmp_path, "A", 0, "result").write_bytes(pickle.dumps("a"))
+    ranks.pool_file(tmp_path, "A", 1, "result.part").write_bytes(pickle.dumps("a")[:3])
+    ranks.pool_file(tmp_path, "B", 0, "failed").write_text("Traceback: ValueError: in B")
+    (tmp_path / STOPPED).write_text("rank 0 of 2: ValueError: in B")
+    pool = Pool(tmp_path, jobs)
+    with pytest.raises(pytest.fail.Exception, match="^rank pool: B failed; rank 0 of 2: ValueError: in B\nrank 0: "):
+        pool.results("B")
+    with pytest.raises(pytest.fail.Exception,
+                       match="^rank pool: A did not return on every rank, the pool stopped at B$"):
+        pool.results("A")
+    with pytest.raises(pytest.fail.Exception, match="^rank pool: C did not run, the pool stopped at B$"):
+        pool.results("C")
