@@ -50,6 +50,18 @@ def test_nesting_too_deep_is_named_at_the_same_bracket_before_the_events_or_afte
     assert 0 < before == after < len(DEEP) // 2
 
 
-def test_a_tail_that_is_not_json_is_refused_naming_the_file():
+def test_a_tail_that_is_not_json_is_refused_naming_the_file_and_its_byte():
+    # the tail starts at byte 40 of the file; its `}` where a value belongs is its 8th byte
     message = _refusal(b'{"traceEvents": [', b', "x": }', 40)
-    assert message.startswith("trace.json: not a readable Chrome-trace JSON (Expecting value")
+    assert message == "trace.json: not a readable Chrome-trace JSON (at byte 47, after traceEvents: Expecting value)"
+
+
+def test_a_byte_after_characters_of_several_bytes_is_counted_in_bytes():
+    # "é" is two bytes of UTF-8: the `]` where a value belongs is byte 17 of the head, character 16
+    message = _refusal(b'{"x": "\xc3\xa9", "y": ], "traceEvents": [', b"}", 40)
+    assert message == "trace.json: not a readable Chrome-trace JSON (at byte 17, before traceEvents: Expecting value)"
+
+
+def test_a_head_that_is_not_utf8_is_refused_at_its_first_bad_byte():
+    message = _refusal(b'{"x": "\xff", "traceEvents": [', b"}", 40)
+    assert message == "trace.json: not a readable Chrome-trace JSON (at byte 7, before traceEvents: not UTF-8)"

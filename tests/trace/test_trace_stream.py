@@ -102,6 +102,21 @@ def test_malformed_json_names_the_byte(tmp_path):
                               "traceEvents[0]: JSON is malformed")
 
 
+def test_bytes_after_the_document_are_refused_at_their_byte_in_the_file(tmp_path):
+    text = _trace_bytes([_x(n) for n in range(3)]) + b" x"
+    message = _broken(tmp_path, "after.json", text)
+    assert message == (f"{tmp_path / 'after.json'}: not a readable Chrome-trace JSON (at byte {len(text) - 1:,}, "
+                       "after traceEvents: Extra data)")
+
+
+def test_a_break_between_two_events_is_named_by_the_event_after_it(tmp_path):
+    text = _trace_bytes([_x(n) for n in range(3)]).replace(b"{}}, {", b"{}}; {", 1)
+    at = text.index(b";")
+    message = _broken(tmp_path, "between.json", text)
+    assert message.startswith(f"{tmp_path / 'between.json'}: not a readable Chrome-trace JSON (at byte {at:,}, in "
+                              "traceEvents[1]:")
+
+
 @pytest.mark.parametrize("event, where", [
     ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 1}, "(traceEvents[2]: KeyError"),  # no ts
     ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": "soon", "dur": 1}, "(traceEvents[2].ts: Expected"),

@@ -89,9 +89,13 @@ def parse(path: Path, document: bytes, where: Callable[[int], str]) -> Any:
     """The JSON `document` (a head and a tail, or what a file holds where it has no event list);
     GraphrtError where it is none, `where(i)` naming the byte of the file that `document[i]` is."""
     try:
-        return json.loads(document)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON ({e})") from None
+        text = document.decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as e:
+        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (at {where(e.start)}: not UTF-8)") from None
+    except json.JSONDecodeError as e:  # e.pos counts characters of `text`; where() takes bytes
+        at = len(text[:e.pos].encode())
+        raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (at {where(at)}: {e.msg})") from None
     except RecursionError:
         at = first_to_fail(lambda n: json.loads(document[:n]), len(document), too_deep)
         raise GraphrtError(f"{path}: not a readable Chrome-trace JSON (at {where(at)}: {TOO_DEEP})") from None
