@@ -14,7 +14,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from graphrt.trace.record.nsys_profile import Finished, run_bounded
@@ -29,20 +29,15 @@ def one_at_a_time() -> Iterator[None]:
     """Hold the machine's nsys turn: other pytest processes wait here until it is let go; within
     one process it may be taken again inside itself."""
     global _held
-    if _held:
+    with ExitStack() as stack:
+        if not _held:
+            lock = stack.enter_context(open(LOCK, "a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
         _held += 1
         try:
             yield
         finally:
             _held -= 1
-        return
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
-        _held = 1
-        try:
-            yield
-        finally:
-            _held = 0
 
 
 def _said(run: Finished) -> str:
