@@ -23,6 +23,11 @@ def test_the_event_list_is_found_after_the_top_level_key_however_the_head_is_cut
     assert found == len(HEAD)
 
 
+@pytest.mark.parametrize("head", [b'{"meta": {"a": "x"}, "traceEvents": [', b'{"a": ["x"], "traceEvents": ['])
+def test_a_string_just_before_a_closing_bracket_leaves_the_bracket_counted(head):
+    assert ListStart().find(head + b'{"ph": "X"}]}') == len(head)
+
+
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
